@@ -1,0 +1,1 @@
+"""corl: peer-rewarded cohort training."""

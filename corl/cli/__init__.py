@@ -1,0 +1,20 @@
+"""The ``corl`` command. Each subcommand lives in its own module and imports heavy code lazily."""
+
+from __future__ import annotations
+
+import typer
+
+from . import cohort, evaluate, experiment, proto, run, serve, train
+
+app = typer.Typer(help="Peer-rewarded cohort training.", no_args_is_help=True, add_completion=False)
+app.add_typer(cohort.app, name="cohort", help="Build and inspect cohorts.")
+app.add_typer(serve.app, name="serve", help="Run a service (model server, aggregator).")
+app.add_typer(proto.app, name="proto", help="The wire contract's exported schemas.")
+app.command("eval", help="Evaluate every member of a cohort on the task's held-out split.")(evaluate.eval_cohort)
+app.command("train", help="Run one member's trainer.")(train.train)
+app.command("run", help="Run the whole loop on this machine (embedded default).")(run.run)
+app.command("experiment", help="Compare reward modes on the same starting cohort.")(experiment.experiment)
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,3 @@
+def run() -> None:
+    """Not built yet."""
+    raise SystemExit("not built yet")

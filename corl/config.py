@@ -1,0 +1,192 @@
+"""The cohort config: one YAML file describes a run and is read by every process of it.
+
+Tokens never live in the file; they come from the environment (``CORL_ADMIN_TOKEN``).
+Relative paths are resolved against the file's directory. ``load_config`` reports every wrong
+field at once.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+Name = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9-]{0,39}$")]
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class MemberConfig(_Section):
+    name: Name
+    model: str = Field(description="Model directory (save_pretrained layout) or hub name.")
+    servers: list[str] = Field(min_length=1, description="Base URLs of the member's server replicas.")
+    role: Literal["trained", "frozen"] = "trained"
+    backend: Literal["transformers", "vllm"] = "transformers"
+
+
+class PromptSource(_Section):
+    kind: Literal["task", "jsonl", "http"] = "task"
+    path: str | None = Field(default=None, description="JSONL of {prompt, answer?} records (kind=jsonl).")
+    split: Literal["rl", "eval"] = "rl"
+    seed: int = 0
+
+    @model_validator(mode="after")
+    def _path_for_jsonl(self) -> PromptSource:
+        if self.kind == "jsonl" and not self.path:
+            raise ValueError("prompt source kind 'jsonl' needs a path")
+        return self
+
+
+class RoundsConfig(_Section):
+    prompts_per_round: int = Field(default=16, ge=1)
+    samples_per_prompt: int = Field(default=8, ge=2)
+    max_tokens: int = Field(default=4, ge=1)
+    temperature: float = Field(default=1.0, gt=0.0)
+    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
+    prompt_source: PromptSource = PromptSource()
+    max_pending_batches: int = Field(default=2, ge=1, description="Back-pressure: unconsumed batches per member.")
+    min_quorum: int = Field(default=2, ge=2, description="Members needed for a round to produce rewards.")
+    request_timeout_s: float = Field(default=60.0, gt=0)
+    max_rounds: int | None = Field(default=None, ge=1, description="Stop after this many rounds (None: run on).")
+
+
+class JudgeConfig(_Section):
+    k: int = Field(default=2, ge=1, description="Peers that grade each response.")
+    combine: Literal["mean", "median", "trimmed_mean"] = "mean"
+    trim: float = Field(default=0.2, ge=0.0, lt=0.5)
+
+
+class ReliabilityConfig(_Section):
+    ema: float = Field(default=0.1, gt=0.0, le=1.0)
+    floor: float = Field(default=0.05, ge=0.0, le=1.0)
+    probation_weight: float = Field(default=0.1, ge=0.0, le=1.0)
+    quarantine_below: float = Field(default=0.2, ge=0.0, le=1.0)
+
+
+class RewardConfig(_Section):
+    mode: Literal["peer_label", "peer_agreement", "peer_judge", "self_vote", "ground_truth", "none"] = "peer_label"
+    threshold: float = Field(default=0.0, ge=0.0, le=1.0, description="Min plurality share for a pseudo-label.")
+    topology: Literal["all", "ring"] = "all"
+    judge: JudgeConfig = JudgeConfig()
+    reliability: ReliabilityConfig = ReliabilityConfig()
+    collapse_fraction: float = Field(default=0.5, gt=0.0, le=1.0)
+
+
+class LoraConfig(_Section):
+    r: int = Field(default=8, ge=1)
+    alpha: int = Field(default=16, ge=1)
+    target_modules: list[str] | Literal["all-linear"] = "all-linear"
+
+
+class TrainingConfig(_Section):
+    loss_type: Literal["grpo", "dr_grpo", "dapo", "bnpo"] = "grpo"
+    lr: float = Field(default=2e-4, gt=0)
+    betas: tuple[float, float] = (0.9, 0.99)
+    weight_decay: float = Field(default=0.0, ge=0)
+    grad_clip: float = Field(default=1.0, gt=0)
+    scale_rewards: bool = True
+    epsilon: float = Field(default=0.2, gt=0)
+    epsilon_high: float | None = Field(default=None, gt=0, description="Upper clip (DAPO); None: epsilon.")
+    beta: float = Field(default=0.0, ge=0, description="KL to the starting weights.")
+    steps_per_batch: int = Field(default=1, ge=1)
+    publish_every: int = Field(default=1, ge=1)
+    keep_versions: int = Field(default=3, ge=1)
+    max_staleness: int = Field(default=2, ge=0, description="Drop batches generated more than K versions ago.")
+    checkpoint_every: int = Field(default=5, ge=1)
+    lora: LoraConfig | None = None
+    seed: int = 0
+
+
+class CohortConfig(_Section):
+    run_id: Name = "tiny"
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    task: str = "addition"
+    weights_dir: str = Field(default="weights", description="Weights store (shared volume on Kubernetes).")
+    checkpoints_dir: str = "checkpoints"
+    members: list[MemberConfig] = Field(min_length=2)
+    rounds: RoundsConfig = RoundsConfig()
+    reward: RewardConfig = RewardConfig()
+    training: TrainingConfig = TrainingConfig()
+
+    @model_validator(mode="after")
+    def _check_members(self) -> CohortConfig:
+        names = [m.name for m in self.members]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"member names must be unique, repeated: {dupes}")
+        if self.rounds.min_quorum > len(self.members):
+            raise ValueError(f"rounds.min_quorum={self.rounds.min_quorum} exceeds the {len(self.members)} members")
+        return self
+
+    def member(self, name: str) -> MemberConfig:
+        for m in self.members:
+            if m.name == name:
+                return m
+        raise KeyError(f"no member {name!r} in run {self.run_id!r}; members: {[m.name for m in self.members]}")
+
+
+class ConfigError(ValueError):
+    """A config file that cannot be used; the message lists every problem."""
+
+
+def _format_errors(err: ValidationError) -> str:
+    lines = [f"{len(err.errors())} problem(s) in the cohort config:"]
+    for e in err.errors():
+        loc = ".".join(str(p) for p in e["loc"]) or "<root>"
+        lines.append(f"  - {loc}: {e['msg']}")
+    return "\n".join(lines)
+
+
+def parse_config(data: object, base_dir: Path | None = None) -> CohortConfig:
+    try:
+        cfg = CohortConfig.model_validate(data)
+    except ValidationError as err:
+        raise ConfigError(_format_errors(err)) from None
+    return _resolve_paths(cfg, base_dir) if base_dir else cfg
+
+
+def load_config(path: str | Path) -> CohortConfig:
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as err:
+        raise ConfigError(f"cannot read cohort config {path}: {err}") from None
+    return parse_config(data, path.resolve().parent)
+
+
+def dump_config(cfg: CohortConfig, path: str | Path) -> None:
+    Path(path).write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
+
+
+def _resolve(p: str, base: Path) -> str:
+    if "://" in p:
+        return p
+    q = Path(p).expanduser()
+    if q.is_absolute():
+        return str(q)
+    resolved = base / q
+    # A relative name that is not a local path may be a hub id ("org/model"): keep it as given.
+    return str(resolved) if resolved.exists() or not _looks_like_hub_id(p) else p
+
+
+def _looks_like_hub_id(p: str) -> bool:
+    return p.count("/") == 1 and not p.startswith(".")
+
+
+def _resolve_paths(cfg: CohortConfig, base: Path) -> CohortConfig:
+    members = [m.model_copy(update={"model": _resolve(m.model, base)}) for m in cfg.members]
+    src = cfg.rounds.prompt_source
+    if src.path:
+        src = src.model_copy(update={"path": str((base / src.path).resolve()) if not Path(src.path).is_absolute() else src.path})
+    return cfg.model_copy(
+        update={
+            "members": members,
+            "weights_dir": str((base / cfg.weights_dir).resolve()),
+            "checkpoints_dir": str((base / cfg.checkpoints_dir).resolve()),
+            "rounds": cfg.rounds.model_copy(update={"prompt_source": src}),
+        }
+    )

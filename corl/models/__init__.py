@@ -1,0 +1,1 @@
+"""Model building and sampling shared by the cohort builder, the serving backends and evaluation."""

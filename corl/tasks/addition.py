@@ -1,0 +1,46 @@
+"""Synthetic 2-digit addition: prompt ``"ab+cd="`` with zero-padded operands, answer the decimal sum."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+from .base import Example, Splits
+
+
+@dataclass(frozen=True)
+class AdditionTask:
+    name: str = "addition"
+    n_warmup: int = 6000
+    n_rl: int = 2000
+    n_eval: int = 400
+    # Judge template: "<prompt><response>?" followed by the verdict character.
+    correct_token: str = "Y"
+    incorrect_token: str = "N"
+
+    @staticmethod
+    def prompt(a: int, b: int) -> str:
+        return f"{a:02d}+{b:02d}="
+
+    def splits(self, seed: int = 0) -> Splits:
+        pairs = [(a, b) for a in range(100) for b in range(100)]
+        random.Random(seed).shuffle(pairs)
+        need = self.n_eval + self.n_rl + self.n_warmup
+        if need > len(pairs):
+            raise ValueError(f"addition has {len(pairs)} distinct problems, asked for {need}")
+        examples = [Example(self.prompt(a, b), str(a + b)) for a, b in pairs[:need]]
+        ev, rl = examples[: self.n_eval], examples[self.n_eval : self.n_eval + self.n_rl]
+        return Splits(warmup=examples[self.n_eval + self.n_rl :], rl=rl, eval=ev)
+
+    def extract_answer(self, completion: str) -> str | None:
+        text = completion.strip()
+        if not text or not text.isdigit() or len(text) > 3:
+            return None
+        return str(int(text))
+
+    def judge_prompt(self, prompt: str, response: str) -> str:
+        return f"{prompt}{response}?"
+
+    @property
+    def verdict_tokens(self) -> tuple[str, str]:
+        return self.correct_token, self.incorrect_token

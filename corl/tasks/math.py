@@ -1,0 +1,34 @@
+"""Math word problems graded by ``math-verify``: answers are parsed and canonicalised, so that
+``\\frac{1}{2}``, ``0.5`` and ``1/2`` count as the same vote."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .base import Splits
+
+
+@dataclass(frozen=True)
+class MathTask:
+    name: str = "math"
+    correct_token: str = "Yes"
+    incorrect_token: str = "No"
+
+    def splits(self, seed: int = 0) -> Splits:
+        raise NotImplementedError("math prompts come from a JSONL prompt source, not a generator")
+
+    def extract_answer(self, completion: str) -> str | None:
+        from math_verify import parse
+
+        parsed = parse(completion, parsing_timeout=None)
+        if not parsed:
+            return None
+        # math-verify returns [sympy expression, original string]; the expression's string form is canonical.
+        return str(parsed[0])
+
+    def judge_prompt(self, prompt: str, response: str) -> str:
+        return f"Problem: {prompt}\nProposed solution: {response}\nIs the solution correct? Answer Yes or No: "
+
+    @property
+    def verdict_tokens(self) -> tuple[str, str]:
+        return self.correct_token, self.incorrect_token

@@ -1,0 +1,36 @@
+"""The wire contract: every model that crosses a process boundary, defined once.
+
+Services, trainers, clients and tests import these; ``corl proto export`` writes their JSON Schemas
+and the model server's OpenAPI document next to this file, and a test fails when those drift.
+"""
+
+from .batch import BatchDiagnostics, GradedBatch, GradedSample
+from .errors import ErrorDetail, ErrorResponse, ErrorType
+from .generate import FinishReason, GenerateRequest, GenerateResponse, PromptResult, Sample
+from .grade import GradeItem, GradeMode, GradeRequest, GradeResponse
+from .info import HealthResponse, InfoResponse, ReadyResponse
+from .weights import WeightFormat, WeightUpdateRequest, WeightUpdateResponse
+
+__all__ = [
+    "BatchDiagnostics",
+    "ErrorDetail",
+    "ErrorResponse",
+    "ErrorType",
+    "FinishReason",
+    "GenerateRequest",
+    "GenerateResponse",
+    "GradeItem",
+    "GradeMode",
+    "GradeRequest",
+    "GradeResponse",
+    "GradedBatch",
+    "GradedSample",
+    "HealthResponse",
+    "InfoResponse",
+    "PromptResult",
+    "ReadyResponse",
+    "Sample",
+    "WeightFormat",
+    "WeightUpdateRequest",
+    "WeightUpdateResponse",
+]

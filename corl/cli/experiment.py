@@ -1,3 +1,40 @@
-def experiment() -> None:
-    """Not built yet."""
-    raise SystemExit("not built yet")
+"""``corl experiment``: compare reward modes on the same starting cohort."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from .logs import setup_logging
+
+
+def experiment(
+    modes: str = typer.Option(
+        "none,ground_truth,self_vote,peer_label,peer_agreement", "--modes", help="Comma-separated reward modes."
+    ),
+    seeds: str = typer.Option("0", "--seeds", help="Comma-separated seeds, e.g. 0,1,2."),
+    out: Path = typer.Option(Path("runs/experiment"), "--out", help="Output directory."),
+    cohort: Path = typer.Option(Path("cohort/tiny"), "--cohort", help="Starting cohort (built if missing)."),
+    rounds: int = typer.Option(40, "--rounds", min=1, help="Rounds (training steps) per run."),
+    eval_prompts: int = typer.Option(200, "--eval-prompts", min=10),
+) -> None:
+    """Writes summary.csv, results.md and accuracy/diversity PNGs into OUT."""
+    from rich.console import Console
+
+    from corl.experiment.runner import ExperimentOptions, run_experiment
+
+    from .cohort import ensure_cohort
+
+    setup_logging("WARNING")
+    console = Console()
+    ensure_cohort(cohort, console)
+    opts = ExperimentOptions(
+        modes=[m.strip() for m in modes.split(",") if m.strip()],
+        seeds=[int(s) for s in seeds.split(",") if s.strip()],
+        rounds=rounds,
+        eval_prompts=eval_prompts,
+    )
+    run_experiment(cohort, out.resolve(), opts, console)
+    console.print((out / "results.md").read_text())
+    console.print(f"written: {out}/summary.csv, results.md, accuracy.png, diversity.png")

@@ -1,3 +1,56 @@
-def run() -> None:
-    """Not built yet."""
-    raise SystemExit("not built yet")
+"""``corl run``: the whole loop on this machine (embedded default)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import typer
+
+from .logs import setup_logging
+
+
+def run(
+    config: Path | None = typer.Option(None, "--config", help="Cohort config (YAML); default: the tiny cohort."),
+    rounds: int = typer.Option(40, "--rounds", min=1, help="Rounds to produce and train on."),
+    out: Path | None = typer.Option(None, "--out", help="Run directory (default: runs/run-<time>)."),
+    cohort: Path = typer.Option(Path("cohort/tiny"), "--cohort", help="Cohort directory (built if missing)."),
+    reward: str | None = typer.Option(None, "--reward", help="Override reward.mode."),
+    eval_every: int = typer.Option(10, "--eval-every", min=1, help="Held-out eval every N weight versions."),
+) -> None:
+    """Start a real Redis, a model server per member, the aggregator and a trainer per trained member."""
+    from rich.console import Console
+
+    from corl.config import ConfigError, load_config
+    from corl.embedded.config import embedded_config
+    from corl.embedded.processes import ChildDied
+    from corl.embedded.run import RunOptions, run_embedded, start_redis
+
+    from .cohort import ensure_cohort
+
+    setup_logging("WARNING")
+    console = Console()
+    run_dir = (out or Path("runs") / time.strftime("run-%Y%m%d-%H%M%S")).resolve()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        base = load_config(config) if config else None
+    except ConfigError as err:
+        console.print(f"[red]{err}[/red]")
+        raise typer.Exit(2) from None
+    if base is None:
+        ensure_cohort(cohort, console)
+    overrides: dict = {"rounds.max_rounds": rounds}
+    if reward:
+        overrides["reward.mode"] = reward
+    redis_server = start_redis(run_dir)
+    try:
+        cfg = embedded_config(cohort, run_dir, redis_server.url, base=base, overrides=overrides)
+        console.print(
+            f"run {cfg.run_id}: {len(cfg.members)} members, reward {cfg.reward.mode}, {rounds} rounds -> {run_dir}"
+        )
+        result = run_embedded(cfg, run_dir, RunOptions(rounds=rounds, eval_every=eval_every), console)
+    except ChildDied:
+        raise typer.Exit(1) from None
+    finally:
+        redis_server.close()
+    console.print(f"done: {result.rounds} rounds; metrics {result.history}; final weights {run_dir / 'final'}")

@@ -1,3 +1,56 @@
-def train() -> None:
-    """Not built yet."""
-    raise SystemExit("not built yet")
+"""``corl train``: one member's trainer process (Redis in, weights out)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from .logs import setup_logging
+
+
+def train(
+    config: Path = typer.Option(..., "--config", exists=True, dir_okay=False, help="Cohort config (YAML)."),
+    member: str = typer.Option(..., "--member", help="Name of the trained member."),
+    max_steps: int | None = typer.Option(None, "--max-steps", min=1, help="Stop when the global step reaches N."),
+    metrics_port: int | None = typer.Option(
+        None, "--metrics-port", min=0, max=65535, help="Prometheus endpoint (overrides CORL_TRAINER_METRICS_PORT)."
+    ),
+    idle_exit: float | None = typer.Option(
+        None, "--idle-exit", min=0.0, help="Exit after the stream has been empty this many seconds."
+    ),
+) -> None:
+    """Train one member on its graded batches; checkpoint, publish weights; SIGTERM stops cleanly.
+
+    Process settings come from the environment (prefix CORL_TRAINER_: CONSUMER, METRICS_PORT, DEVICE,
+    THREADS, BLOCK_MS, ...); the servers' admin token from CORL_ADMIN_TOKEN.
+    """
+    setup_logging()
+    from rich.console import Console
+
+    from corl.config import ConfigError, load_config
+    from corl.trainer.loop import Trainer
+    from corl.trainer.settings import TrainerSettings
+
+    console = Console(stderr=True)
+    try:
+        cfg = load_config(config)
+        cfg.member(member)
+    except (ConfigError, KeyError) as err:
+        console.print(f"[red]{err}[/red]")
+        raise typer.Exit(2) from None
+    settings = TrainerSettings()
+    if metrics_port is not None:
+        settings = settings.model_copy(update={"metrics_port": metrics_port})
+    try:
+        trainer = Trainer(cfg, member, settings)
+    except ValueError as err:
+        console.print(f"[red]{err}[/red]")
+        raise typer.Exit(2) from None
+    trainer.install_signal_handlers()
+    try:
+        trainer.setup()
+        state = trainer.run(max_steps=max_steps, idle_exit_s=idle_exit)
+    finally:
+        trainer.close()
+    console.print(f"{member}: step {state.step}, weight version {state.weight_version}")

@@ -34,7 +34,8 @@ class AdditionTask:
 
     def extract_answer(self, completion: str) -> str | None:
         text = completion.strip()
-        if not text or not text.isdigit() or len(text) > 3:
+        # isascii: str.isdigit also accepts other scripts' digits and superscripts (int('²') raises).
+        if not text or not (text.isascii() and text.isdigit()) or len(text) > 3:
             return None
         return str(int(text))
 

@@ -1,0 +1,209 @@
+"""Model server benchmark: HTTP overhead, dynamic batching, hot-swap cost.
+
+    python bench/serving.py [--model DIR] [--threads 2] [--repeats 7]
+
+Starts ``corl serve model`` as a subprocess on a free loopback port and measures, in one run:
+
+1. overhead: latency of one generate round (16 prompts x 8 samples) through the server vs the
+   same call made directly on an in-process backend (target <= 1.10);
+2. concurrency: throughput of 16 concurrent single-prompt clients vs 1 client (target >= 4);
+3. swap: latency of ``POST /v1/weights`` (load beside, verify sha256 and shapes, swap) vs a raw
+   ``safetensors.torch.load_file`` + ``load_state_dict`` of the same weights (target <= 1.5).
+
+Without ``--model`` it builds a GPT-2 with the project's char tokenizer (nothing is downloaded).
+The last line is ``RESULT overhead_ratio=... concurrency_speedup=... swap_ratio=...``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_fixed
+
+TOKEN = "bench-admin-token"
+PROMPTS = [f"{a:02d}+{b:02d}=" for a, b in zip(range(3, 99, 6), range(91, 0, -6), strict=False)][:16]
+
+
+def build_model(out: Path, seed: int, n_embd: int, n_layer: int) -> None:
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from corl.models.tokenizer import build_char_tokenizer
+
+    torch.manual_seed(seed)
+    tok = build_char_tokenizer()
+    cfg = GPT2Config(
+        vocab_size=len(tok), n_embd=n_embd, n_layer=n_layer, n_head=n_embd // 64, n_positions=128,
+        bos_token_id=tok.eos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
+    )  # fmt: skip
+    GPT2LMHeadModel(cfg).save_pretrained(out)
+    tok.save_pretrained(out)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class _NotReady(Exception):
+    pass
+
+
+def start_server(model: Path, port: int, threads: int) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "CORL_ADMIN_TOKEN": TOKEN, "CORL_NUM_THREADS": str(threads), "CORL_LOG_LEVEL": "WARNING"}
+    cmd = [sys.executable, "-c", "from corl.cli import main; main()", "serve", "model", "--model", str(model), "--port", str(port)]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL)
+    for attempt in Retrying(
+        stop=stop_after_delay(180),
+        wait=wait_fixed(0.2),
+        retry=retry_if_exception_type((httpx.TransportError, _NotReady)),
+        reraise=True,
+    ):
+        with attempt:
+            if proc.poll() is not None:
+                raise RuntimeError(f"server exited with {proc.returncode}")
+            if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=5).status_code != 200:
+                raise _NotReady
+    return proc
+
+
+async def bench_overhead(url: str, backend: object, repeats: int) -> tuple[float, float]:
+    from corl.services.model.backends.base import SamplingParams
+
+    body = {"prompts": PROMPTS, "n": 8, "max_tokens": 8, "temperature": 1.0, "seed": 1}
+    params = SamplingParams(n=8, max_tokens=8, temperature=1.0, seed=1)
+    served, direct = [], []
+    async with httpx.AsyncClient(base_url=url, timeout=120) as http:
+        await http.post("/v1/generate", json=body)  # warm-up both paths
+        await backend.generate(PROMPTS, params)  # type: ignore[attr-defined]
+        for _ in range(repeats):  # interleaved, so load from other processes hits both alike
+            t0 = time.perf_counter()
+            r = await http.post("/v1/generate", json=body)
+            r.raise_for_status()
+            served.append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            await backend.generate(PROMPTS, params)  # type: ignore[attr-defined]
+            direct.append(time.perf_counter() - t0)
+    return statistics.median(served), statistics.median(direct)
+
+
+async def _client_loop(url: str, prompts: list[str]) -> None:
+    async with httpx.AsyncClient(base_url=url, timeout=120) as http:
+        for p in prompts:
+            r = await http.post("/v1/generate", json={"prompts": [p], "n": 8, "max_tokens": 8})
+            r.raise_for_status()
+
+
+async def bench_concurrency(url: str, per_client: int) -> tuple[float, float]:
+    """Requests per second with 1 client, and with 16 concurrent clients."""
+    await _client_loop(url, PROMPTS[:2])  # warm-up
+    n1 = 16
+    t0 = time.perf_counter()
+    await _client_loop(url, (PROMPTS * 2)[:n1])
+    one = n1 / (time.perf_counter() - t0)
+    t0 = time.perf_counter()
+    await asyncio.gather(*(_client_loop(url, [PROMPTS[i]] * per_client) for i in range(16)))
+    many = 16 * per_client / (time.perf_counter() - t0)
+    return one, many
+
+
+def bench_swap(url: str, base: Path, dirs: list[Path]) -> tuple[float, float, float, float]:
+    """Medians: POST /v1/weights round trip, server-side swap time, raw load, sha256 alone."""
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM
+
+    from corl.weights_store import digest
+
+    shas = [digest(d) for d in dirs]  # also warms the page cache, as for the raw loads below
+    model = AutoModelForCausalLM.from_pretrained(base)
+    raw, e2e, reported, hashing = [], [], [], []
+    with httpx.Client(base_url=url, timeout=300, headers={"Authorization": f"Bearer {TOKEN}"}) as http:
+        for version, (d, sha) in enumerate(zip(dirs, shas, strict=True), start=1):
+            t0 = time.perf_counter()
+            r = http.post("/v1/weights", json={"version": version, "uri": str(d), "sha256": sha})
+            e2e.append(time.perf_counter() - t0)
+            r.raise_for_status()
+            reported.append(r.json()["swap_seconds"])
+            t0 = time.perf_counter()
+            model.load_state_dict(load_file(d / "model.safetensors"), strict=False)
+            raw.append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            digest(d)
+            hashing.append(time.perf_counter() - t0)
+    return tuple(statistics.median(x) for x in (e2e, reported, raw, hashing))  # type: ignore[return-value]
+
+
+async def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", type=Path, help="member directory; default: build a GPT-2 here")
+    ap.add_argument("--n-embd", type=int, default=64, help="default: a tiny-cohort-sized member")
+    ap.add_argument("--n-layer", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=1, help="torch threads, server and direct backend alike")
+    ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--swaps", type=int, default=7)
+    args = ap.parse_args()
+
+    import torch
+
+    torch.set_num_threads(args.threads)
+    from corl.services.model.backends.transformers import TransformersBackend
+
+    with tempfile.TemporaryDirectory(prefix="corl-bench-") as tmp:
+        work = Path(tmp)
+        base = args.model
+        if base is None:
+            base = work / "base"
+            build_model(base, 0, args.n_embd, args.n_layer)
+        swap_dirs = []
+        for i in range(args.swaps):
+            d = work / f"v{i + 1}"
+            if args.model is None:
+                build_model(d, i + 1, args.n_embd, args.n_layer)
+            else:  # same weights re-published: still a full load, verify and swap
+                d.mkdir()
+                for f in base.iterdir():
+                    (d / f.name).symlink_to(f.resolve())
+            swap_dirs.append(d)
+
+        port = free_port()
+        url = f"http://127.0.0.1:{port}"
+        proc = start_server(base, port, args.threads)
+        backend = TransformersBackend(model_dir=str(base), name="direct", num_threads=args.threads)
+        await backend.start()
+        try:
+            info = httpx.get(f"{url}/v1/info").json()
+            print(f"model: {info['family']} {info['parameters']:,} parameters, {args.threads} torch threads")
+            served, direct = await bench_overhead(url, backend, args.repeats)
+            await backend.close()
+            overhead = served / direct
+            print(f"[1] 16 prompts x 8 samples: server {served * 1e3:.1f} ms, direct {direct * 1e3:.1f} ms"
+                  f" -> overhead_ratio {overhead:.3f} (target <= 1.10)")  # fmt: skip
+            one, many = await bench_concurrency(url, per_client=4)
+            speedup = many / one
+            print(f"[2] single-prompt requests/s: 1 client {one:.1f}, 16 clients {many:.1f}"
+                  f" -> concurrency_speedup {speedup:.2f} (target >= 4)")  # fmt: skip
+            e2e, reported, raw, hashing = bench_swap(url, base, swap_dirs)
+            swap_ratio = reported / raw
+            print(f"[3] hot swap (load beside + sha256 + shape check + swap, as the server reports it) {reported * 1e3:.1f} ms,"
+                  f" raw load_file+load_state_dict {raw * 1e3:.1f} ms -> swap_ratio {swap_ratio:.3f} (target <= 1.5);"
+                  f" whole POST /v1/weights round trip {e2e * 1e3:.1f} ms ({e2e / raw:.2f}x raw);"
+                  f" sha256 of the files alone {hashing * 1e3:.1f} ms")  # fmt: skip
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)
+    print(f"RESULT overhead_ratio={overhead:.3f} concurrency_speedup={speedup:.2f} swap_ratio={swap_ratio:.3f}")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

@@ -1,0 +1,146 @@
+"""Trainer step time and tokens/s on a 16 prompts x 8 samples batch, per tiny-cohort family.
+
+    .venv/bin/python bench/trainer_step.py [--cohort DIR] [--steps 5] [--threads 1] [--out bench/trainer_step.json]
+
+Members come from ``--cohort`` (a built cohort directory, one sub-directory per member) when given,
+else they are built with random weights from the ``tiny`` preset (step time does not depend on the
+weights). The batch is really sampled from the member (addition prompts, the config's max_tokens),
+so its shapes are those of a real round; timing covers advantages, packing, forward, backward,
+clipping and the optimizer step (``PolicyTrainer.step``), median over ``--steps`` after one warm-up.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+
+def _build_tiny(root: Path) -> dict[str, Path]:
+    from transformers import AutoModelForCausalLM
+
+    from corl.cohort.presets import TINY
+    from corl.models.tokenizer import build_char_tokenizer
+
+    tok = build_char_tokenizer()
+    out = {}
+    for spec in TINY.members:
+        d = root / spec.name
+        torch.manual_seed(0)
+        AutoModelForCausalLM.from_config(spec.build_config(tok)).save_pretrained(d)
+        tok.save_pretrained(d)
+        out[spec.name] = d
+    return out
+
+
+def _batch(model_dir: Path, prompts: int, group: int, max_tokens: int):  # type: ignore[no-untyped-def]
+    from corl.proto import BatchDiagnostics, GradedBatch, GradedSample
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from corl.models.sampling import sample
+    from corl.tasks import get_task
+
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    tok.padding_side = "left"
+    model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
+    texts = [e.prompt for e in get_task("addition").splits(0).rl[:prompts]]
+    results = sample(model, tok, texts, n=group, max_tokens=max_tokens, temperature=1.0, seed=0)
+    samples = [
+        GradedSample(
+            sample_id=f"{p}-{j}",
+            group_id=str(p),
+            prompt=texts[p],
+            prompt_token_ids=r.prompt_token_ids,
+            response=c.text,
+            response_token_ids=c.token_ids,
+            logprobs=c.logprobs,
+            finish_reason=c.finish_reason,
+            weight_version=0,
+            reward=float(j % 2),
+        )  # type: ignore[arg-type]
+        for p, r in enumerate(results)
+        for j, c in enumerate(r.completions)
+    ]
+    diag = BatchDiagnostics(
+        mean_reward=0.5,
+        label_rate=1.0,
+        distinct_answers=1.0,
+        answer_entropy=0.0,
+        mean_response_tokens=float(max_tokens),
+    )
+    return GradedBatch(
+        batch_id="bench",
+        run_id="bench",
+        round=0,
+        member="m",
+        reward_mode="bench",
+        created_at=time.time(),
+        samples=samples,
+        diagnostics=diag,
+    )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--cohort", type=Path, default=None)
+    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--max-tokens", type=int, default=None, help="Default: the cohort config's rounds.max_tokens.")
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--out", type=Path, default=None)
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+
+    from corl.trainer.loop import PolicyTrainer
+
+    from corl.cohort.loading import parameter_count
+    from corl.config import RoundsConfig, parse_config
+
+    rounds = RoundsConfig()
+    max_tokens = args.max_tokens or rounds.max_tokens
+    with tempfile.TemporaryDirectory() as tmp:
+        dirs = (
+            {p.name: p for p in sorted(args.cohort.iterdir()) if (p / "config.json").exists()}
+            if args.cohort
+            else _build_tiny(Path(tmp))
+        )
+        rows = []
+        for name, d in dirs.items():
+            cfg = parse_config(
+                {
+                    "members": [
+                        {"name": "m", "model": str(d), "servers": ["http://x"]},
+                        {"name": "n", "model": str(d), "servers": ["http://x"]},
+                    ],
+                    "rounds": {"max_tokens": max_tokens},
+                }
+            )
+            batch = _batch(d, rounds.prompts_per_round, rounds.samples_per_prompt, max_tokens)
+            policy = PolicyTrainer(cfg, "m", torch.device(args.device))
+            policy.step(batch)  # warm-up
+            stats = [policy.step(batch) for _ in range(args.steps)]
+            sec = statistics.median(s.seconds for s in stats)
+            row = {
+                "member": name,
+                "family": policy.model.config.model_type,
+                "parameters": parameter_count(policy.model),
+                "sequences": stats[0].sequences,
+                "tokens": stats[0].tokens,
+                "step_seconds": round(sec, 4),
+                "tokens_per_second": round(stats[0].tokens / sec, 1),
+                "threads": args.threads,
+                "device": args.device,
+            }
+            rows.append(row)
+            print(json.dumps(row))
+    if args.out:
+        args.out.write_text(json.dumps(rows, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,3 @@
+from corl.cli import main
+
+main()

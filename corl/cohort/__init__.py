@@ -1,0 +1,5 @@
+"""The cohort: building members of different families, warming them up, and evaluating them.
+
+Submodules import torch/transformers; import them where needed (``corl.cohort.build``,
+``corl.cohort.evaluate``). ``corl.cohort.metrics`` and ``corl.cohort.manifest`` are light.
+"""

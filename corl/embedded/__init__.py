@@ -1,0 +1,1 @@
+"""The embedded default: every service of a run as local processes on one machine."""

@@ -1,0 +1,125 @@
+"""Start, watch and stop the child processes of an embedded run.
+
+Every child writes to its own log file in the run directory. If one dies, ``check`` names it with
+the tail of its log so the caller can shut the rest down instead of hanging.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+from tenacity import RetryError, Retrying, retry_if_exception_type, stop_after_delay, wait_fixed
+
+log = logging.getLogger(__name__)
+
+
+class ChildDied(RuntimeError):
+    def __init__(self, name: str, returncode: int, log_tail: str):
+        super().__init__(f"{name} exited with code {returncode}")
+        self.name, self.returncode, self.log_tail = name, returncode, log_tail
+
+
+@dataclass
+class Child:
+    name: str
+    args: list[str]
+    log_path: Path
+    health_url: str | None = None
+    proc: subprocess.Popen[bytes] | None = None
+
+    def tail(self, lines: int = 30) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+
+@dataclass
+class ProcessGroup:
+    log_dir: Path
+    env: dict[str, str] = field(default_factory=dict)
+    children: list[Child] = field(default_factory=list)
+
+    def start(self, name: str, args: Sequence[str], health_url: str | None = None) -> Child:
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        child = Child(name, list(args), self.log_dir / f"{name}.log", health_url)
+        env = {**os.environ, **self.env}
+        with child.log_path.open("ab") as out:
+            # A new session per child, so a Ctrl-C in the terminal reaches only the supervisor,
+            # which then stops the children in order.
+            child.proc = subprocess.Popen(
+                child.args, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
+            )
+        self.children.append(child)
+        log.info("started %s (pid %d): %s", name, child.proc.pid, " ".join(child.args))
+        return child
+
+    def check(self) -> None:
+        """Raise ChildDied if any child has exited."""
+        for c in self.children:
+            if c.proc is not None and c.proc.poll() is not None:
+                raise ChildDied(c.name, c.proc.returncode, c.tail())
+
+    def wait_healthy(self, timeout_s: float = 180.0) -> None:
+        """Wait until every child with a health URL answers 200 on it, failing fast if one dies."""
+        pending = [c for c in self.children if c.health_url]
+        with httpx.Client(timeout=2.0) as client:
+            for c in pending:
+                try:
+                    for attempt in Retrying(
+                        stop=stop_after_delay(timeout_s),
+                        wait=wait_fixed(0.5),
+                        retry=retry_if_exception_type((httpx.HTTPError, _NotReady)),
+                        reraise=False,
+                    ):
+                        with attempt:
+                            self.check()
+                            assert c.health_url
+                            if client.get(c.health_url).status_code != 200:
+                                raise _NotReady(c.name)
+                except RetryError:
+                    raise TimeoutError(f"{c.name} not ready after {timeout_s:.0f}s:\n{c.tail()}") from None
+
+    def stop(self, timeout_s: float = 15.0) -> None:
+        """SIGTERM every child (reverse start order), then SIGKILL what is left."""
+        for c in reversed(self.children):
+            if c.proc and c.proc.poll() is None:
+                _signal(c.proc, signal.SIGTERM)
+        deadline = time.monotonic() + timeout_s
+        for c in reversed(self.children):
+            if c.proc is None:
+                continue
+            try:
+                c.proc.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                log.warning("%s did not stop after SIGTERM; killing it", c.name)
+                _signal(c.proc, signal.SIGKILL)
+                c.proc.wait()
+
+    def pids(self) -> list[int]:
+        return [c.proc.pid for c in self.children if c.proc]
+
+
+class _NotReady(Exception):
+    pass
+
+
+def _signal(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:
+    try:
+        os.killpg(proc.pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def corl_command(*args: str) -> list[str]:
+    """The ``corl`` CLI of this interpreter, independent of PATH."""
+    return [sys.executable, "-m", "corl", *args]

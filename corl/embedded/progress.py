@@ -1,0 +1,68 @@
+"""What an embedded run shows and records: one snapshot of the run every few seconds."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from rich.table import Table
+
+
+@dataclass
+class MemberSnapshot:
+    weight_version: int | None = None
+    mean_reward: float | None = None
+    distinct_answers: float | None = None
+    label_rate: float | None = None
+    backlog: int | None = None
+    accuracy: float | None = None  # held-out greedy accuracy at accuracy_version
+    accuracy_version: int | None = None
+    collapse_alarm: bool = False
+
+
+@dataclass
+class RunSnapshot:
+    elapsed_s: float
+    rounds: int
+    members: dict[str, MemberSnapshot] = field(default_factory=dict)
+
+    def row(self) -> dict:
+        return {"time": time.time(), **asdict(self)}
+
+
+class MetricsHistory:
+    """Append-only JSONL of snapshots, written as the run goes so a crash loses nothing."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+
+    def append(self, snap: RunSnapshot) -> None:
+        with self.path.open("a") as f:
+            f.write(json.dumps(snap.row()) + "\n")
+
+
+def _fmt(x: float | int | None, spec: str = ".3f") -> str:
+    return "-" if x is None else format(x, spec)
+
+
+def render(snap: RunSnapshot, target_rounds: int | None) -> Table:
+    total = f"/{target_rounds}" if target_rounds else ""
+    table = Table(title=f"corl run: round {snap.rounds}{total}, {snap.elapsed_s:.0f}s")
+    for col in ("member", "version", "mean reward", "labelled", "distinct/G", "backlog", "held-out acc", "alarm"):
+        table.add_column(col, justify="right" if col != "member" else "left")
+    for name, m in snap.members.items():
+        acc = "-" if m.accuracy is None else f"{m.accuracy:.3f} (v{m.accuracy_version})"
+        table.add_row(
+            name,
+            _fmt(m.weight_version, "d"),
+            _fmt(m.mean_reward),
+            _fmt(m.label_rate, ".2f"),
+            _fmt(m.distinct_answers, ".2f"),
+            _fmt(m.backlog, "d"),
+            acc,
+            "COLLAPSE" if m.collapse_alarm else "",
+        )
+    return table

@@ -1,0 +1,213 @@
+"""``corl run``: Redis, one model server per member, the aggregator and one trainer per trained
+member, as local processes; live progress; a run directory with logs, metrics and final weights."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import redis
+from rich.console import Console
+from rich.live import Live
+
+from corl import redis_keys
+from corl.config import CohortConfig, dump_config
+from corl.proto import GenerateRequest, GenerateResponse, InfoResponse
+from corl.redis_server import LocalRedis, free_port
+from corl.tasks import Example, get_task
+
+from .processes import ChildDied, ProcessGroup, corl_command
+from .progress import MemberSnapshot, MetricsHistory, RunSnapshot, render
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class RunOptions:
+    rounds: int | None = 40
+    eval_every: int = 10  # evaluate held-out accuracy every this many weight versions
+    eval_prompts: int = 200
+    poll_s: float = 2.0
+    ready_timeout_s: float = 300.0
+    drain_timeout_s: float = 600.0
+
+
+@dataclass
+class RunResult:
+    run_dir: Path
+    rounds: int
+    final: dict[str, MemberSnapshot]
+    history: Path
+
+
+def start_services(cfg: CohortConfig, run_dir: Path, group: ProcessGroup, aggregator_port: int) -> str:
+    """Start every server, then the aggregator and trainers; return the aggregator URL."""
+    config_path = run_dir / "cohort.yaml"
+    dump_config(cfg, config_path)
+    for m in cfg.members:
+        for i, url in enumerate(m.servers):
+            port = url.rsplit(":", 1)[1]
+            group.start(
+                f"server-{m.name}-{i}",
+                corl_command("serve", "model", "--model", m.model, "--name", m.name, "--port", port),
+                health_url=f"{url}/readyz",
+            )
+    group.wait_healthy()
+    agg_url = f"http://127.0.0.1:{aggregator_port}"
+    group.start(
+        "aggregator",
+        corl_command("serve", "aggregator", "--config", str(config_path), "--port", str(aggregator_port)),
+        health_url=f"{agg_url}/readyz",
+    )
+    for m in cfg.members:
+        if m.role == "trained":
+            group.start(f"trainer-{m.name}", corl_command("train", "--config", str(config_path), "--member", m.name))
+    group.wait_healthy()
+    return agg_url
+
+
+class RunMonitor:
+    """Polls the services for a snapshot; evaluates held-out accuracy through the servers."""
+
+    def __init__(self, cfg: CohortConfig, agg_url: str, opts: RunOptions):
+        self.cfg, self.agg_url, self.opts = cfg, agg_url, opts
+        self.task = get_task(cfg.task)
+        self.eval_set: list[Example] = self.task.splits(cfg.rounds.prompt_source.seed).eval[: opts.eval_prompts]
+        self.http = httpx.Client(timeout=httpx.Timeout(60.0, connect=5.0))
+        self.redis = redis.Redis.from_url(cfg.redis_url, socket_timeout=5.0)
+        self.last: dict[str, MemberSnapshot] = {m.name: MemberSnapshot() for m in cfg.members}
+        self.t0 = time.monotonic()
+
+    def close(self) -> None:
+        self.http.close()
+        self.redis.close()
+
+    def accuracy(self, server: str) -> tuple[float, int]:
+        req = GenerateRequest(
+            prompts=[e.prompt for e in self.eval_set], n=1, max_tokens=self.cfg.rounds.max_tokens, temperature=0.0
+        )
+        resp = self.http.post(f"{server}/v1/generate", json=req.model_dump())
+        resp.raise_for_status()
+        out = GenerateResponse.model_validate(resp.json())
+        hits = sum(
+            self.task.extract_answer(r.samples[0].text) == e.answer
+            for r, e in zip(out.results, self.eval_set, strict=True)
+        )
+        return hits / len(self.eval_set), out.weight_version
+
+    def backlog(self, member: str) -> int | None:
+        try:
+            groups = self.redis.xinfo_groups(redis_keys.batches_stream(self.cfg.run_id, member))
+        except redis.ResponseError:
+            return None
+        for g in groups:
+            if g["name"] in (redis_keys.TRAINER_GROUP, redis_keys.TRAINER_GROUP.encode()):
+                return int(g.get("lag") or 0) + int(g.get("pending") or 0)
+        return None
+
+    def snapshot(self, force_eval: bool = False) -> RunSnapshot:
+        stats = self._stats()
+        rounds = int(stats.get("rounds_completed", 0))
+        members_stats = stats.get("members", {})
+        for m in self.cfg.members:
+            snap = self.last[m.name]
+            server = m.servers[0]
+            try:
+                info = InfoResponse.model_validate(self.http.get(f"{server}/v1/info").json())
+                snap.weight_version = info.weight_version
+            except (httpx.HTTPError, ValueError):
+                pass
+            ms = members_stats.get(m.name, {})
+            latest = ms.get("latest") or {}
+            snap.mean_reward = latest.get("mean_reward", snap.mean_reward)
+            snap.distinct_answers = latest.get("distinct_answers", snap.distinct_answers)
+            snap.label_rate = latest.get("label_rate", snap.label_rate)
+            snap.collapse_alarm = bool(ms.get("collapse_alarm", snap.collapse_alarm))
+            snap.backlog = self.backlog(m.name) if m.role == "trained" else None
+            due = snap.accuracy_version is None or (
+                snap.weight_version is not None and snap.weight_version >= snap.accuracy_version + self.opts.eval_every
+            )
+            if force_eval or due:
+                try:
+                    snap.accuracy, snap.accuracy_version = self.accuracy(server)
+                except httpx.HTTPError as err:
+                    log.warning("held-out eval of %s failed: %s", m.name, err)
+        return RunSnapshot(elapsed_s=time.monotonic() - self.t0, rounds=rounds, members=dict(self.last))
+
+    def _stats(self) -> dict:
+        try:
+            r = self.http.get(f"{self.agg_url}/v1/runs/{self.cfg.run_id}/stats")
+            return r.json() if r.status_code == 200 else {}
+        except (httpx.HTTPError, ValueError):
+            return {}
+
+
+def _drained(snap: RunSnapshot, cfg: CohortConfig, target: int | None) -> bool:
+    if target is None or snap.rounds < target:
+        return False
+    return all(snap.members[m.name].backlog in (0, None) for m in cfg.members if m.role == "trained")
+
+
+def run_embedded(cfg: CohortConfig, run_dir: Path, opts: RunOptions, console: Console | None = None) -> RunResult:
+    """Run the loop until ``opts.rounds`` rounds are produced and trained on (or Ctrl-C)."""
+    console = console or Console()
+    group = ProcessGroup(run_dir / "logs", env={"CORL_LOG_LEVEL": "INFO"})
+    history = MetricsHistory(run_dir / "metrics.jsonl")
+    monitor: RunMonitor | None = None
+    snap = RunSnapshot(elapsed_s=0.0, rounds=0)
+    try:
+        with console.status("starting servers, aggregator and trainers..."):
+            agg_url = start_services(cfg, run_dir, group, free_port())
+        console.print(f"all services healthy; logs in {group.log_dir}")
+        monitor = RunMonitor(cfg, agg_url, opts)
+        deadline: float | None = None
+        with Live(render(snap, opts.rounds), console=console, refresh_per_second=2) as live:
+            while True:
+                group.check()
+                snap = monitor.snapshot()
+                history.append(snap)
+                live.update(render(snap, opts.rounds))
+                if opts.rounds is not None and snap.rounds >= opts.rounds:
+                    deadline = deadline or time.monotonic() + opts.drain_timeout_s
+                    if _drained(snap, cfg, opts.rounds) or time.monotonic() > deadline:
+                        break
+                time.sleep(opts.poll_s)
+        # Let the trainers publish what they applied last, then take a final reading.
+        time.sleep(opts.poll_s)
+        snap = monitor.snapshot(force_eval=True)
+        history.append(snap)
+        console.print(render(snap, opts.rounds))
+    except ChildDied as err:
+        console.print(f"[red]{err.name} died (exit code {err.returncode}); last lines of its log:[/red]")
+        console.print(err.log_tail, markup=False, highlight=False)
+        raise
+    except KeyboardInterrupt:
+        console.print("[yellow]interrupted: stopping every process[/yellow]")
+    finally:
+        if monitor:
+            monitor.close()
+        group.stop()
+    _collect_final_weights(cfg, run_dir)
+    return RunResult(run_dir, snap.rounds, snap.members, history.path)
+
+
+def _collect_final_weights(cfg: CohortConfig, run_dir: Path) -> None:
+    """Link each member's newest published version as ``final/<member>``."""
+    final = run_dir / "final"
+    final.mkdir(exist_ok=True)
+    for m in cfg.members:
+        store = Path(cfg.weights_dir) / m.name
+        versions = sorted((p for p in store.glob("v*") if p.is_dir()), key=lambda p: int(p.name.lstrip("v") or 0))
+        if versions:
+            dest = final / m.name
+            if dest.exists() or dest.is_symlink():
+                dest.unlink() if dest.is_symlink() else shutil.rmtree(dest)
+            dest.symlink_to(versions[-1].resolve(), target_is_directory=True)
+
+
+def start_redis(run_dir: Path) -> LocalRedis:
+    return LocalRedis(data_dir=run_dir / "redis").start()

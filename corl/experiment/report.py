@@ -1,0 +1,135 @@
+"""Turn per-(mode, seed, member) results into summary.csv, a markdown table and PNG plots.
+
+Pure data handling except for the file writers at the bottom.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import statistics
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+METRICS = ("greedy_acc", "sample_acc", "maj@8_acc", "distinct", "entropy")
+LABEL_FREE = ("self_vote", "peer_label", "peer_agreement", "peer_judge")
+
+
+@dataclass(frozen=True)
+class MemberResult:
+    mode: str
+    seed: int
+    member: str
+    before: dict[str, float]
+    after: dict[str, float]
+    steps: int
+
+    def row(self) -> dict[str, object]:
+        out: dict[str, object] = {"mode": self.mode, "seed": self.seed, "member": self.member, "steps": self.steps}
+        for k in METRICS:
+            out[f"before_{k}"] = round(self.before[k], 4)
+            out[f"after_{k}"] = round(self.after[k], 4)
+        return out
+
+
+def cohort_means(results: Sequence[MemberResult], metric: str, when: str = "after") -> dict[str, list[float]]:
+    """mode -> cohort-mean value of ``metric`` for each seed (sorted by seed)."""
+    by: dict[tuple[str, int], list[float]] = defaultdict(list)
+    for r in results:
+        by[(r.mode, r.seed)].append((r.after if when == "after" else r.before)[metric])
+    out: dict[str, list[float]] = defaultdict(list)
+    for (mode, _seed), vals in sorted(by.items(), key=lambda kv: kv[0][1]):
+        out[mode].append(statistics.fmean(vals))
+    return dict(out)
+
+
+def gain_recovered(before: float, gt_after: float, mode_after: float) -> float | None:
+    """Share of the ground-truth gain a label-free mode recovers; None when ground truth gained nothing."""
+    gain = gt_after - before
+    return None if gain <= 1e-9 else (mode_after - before) / gain
+
+
+def _spread(vals: Sequence[float]) -> str:
+    mean = statistics.fmean(vals)
+    if len(vals) == 1:
+        return f"{mean:.3f}"
+    return f"{mean:.3f} ({min(vals):.3f}-{max(vals):.3f})"
+
+
+def markdown_table(results: Sequence[MemberResult], modes: Sequence[str]) -> str:
+    before = cohort_means(results, "greedy_acc", "before")
+    before_vals = [v for vals in before.values() for v in vals]
+    before_mean = statistics.fmean(before_vals) if before_vals else float("nan")
+    greedy, distinct = cohort_means(results, "greedy_acc"), cohort_means(results, "distinct")
+    maj = cohort_means(results, "maj@8_acc")
+    before_distinct = cohort_means(results, "distinct", "before")
+    lines = [
+        "| reward | cohort mean greedy after | maj@8 after | distinct answers / 8 | share of ground-truth gain |",
+        "|---|---|---|---|---|",
+    ]
+    bd = [v for vals in before_distinct.values() for v in vals]
+    lines.append(f"| before | {before_mean:.3f} | - | {statistics.fmean(bd) if bd else float('nan'):.2f} | - |")
+    gt = statistics.fmean(greedy["ground_truth"]) if "ground_truth" in greedy else None
+    for mode in modes:
+        if mode not in greedy:
+            continue
+        share = "-"
+        if mode in LABEL_FREE and gt is not None:
+            g = gain_recovered(before_mean, gt, statistics.fmean(greedy[mode]))
+            share = "n/a (no ground-truth gain)" if g is None else f"{g:.0%}"
+        lines.append(
+            f"| {mode} | {_spread(greedy[mode])} | {_spread(maj[mode])} | "
+            f"{statistics.fmean(distinct[mode]):.2f} | {share} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def write_summary_csv(results: Sequence[MemberResult], path: Path) -> None:
+    rows = [r.row() for r in results]
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def load_history(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def plot_curves(histories: dict[str, list[dict]], out_dir: Path) -> list[Path]:
+    """One PNG for held-out accuracy and one for diversity over training, a line per member and mode."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    written = []
+    for key, ylabel, fname in (
+        ("accuracy", "held-out greedy accuracy", "accuracy.png"),
+        ("distinct_answers", "distinct answers per G samples", "diversity.png"),
+    ):
+        modes = sorted(histories)
+        fig, axes = plt.subplots(1, len(modes), figsize=(4.2 * len(modes), 3.6), squeeze=False, sharey=True)
+        for ax, mode in zip(axes[0], modes, strict=True):
+            series: dict[str, dict[int, float]] = defaultdict(dict)
+            for row in histories[mode]:
+                for member, m in row["members"].items():
+                    x = m.get("accuracy_version") if key == "accuracy" else m.get("weight_version")
+                    if x is not None and m.get(key) is not None:
+                        series[member][int(x)] = float(m[key])
+            for member, pts in sorted(series.items()):
+                xs = sorted(pts)
+                ax.plot(xs, [pts[x] for x in xs], marker="o", markersize=2, label=member)
+            ax.set_title(mode)
+            ax.set_xlabel("weight version (training steps)")
+            ax.grid(alpha=0.3)
+        axes[0][0].set_ylabel(ylabel)
+        axes[0][-1].legend(fontsize=8)
+        fig.tight_layout()
+        path = out_dir / fname
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        written.append(path)
+    return written

@@ -1,0 +1,58 @@
+"""Pure reward and diagnostics math for peer-rewarded cohort training (no I/O).
+
+- ``votes``: pseudo-labels and vote-style rewards (peer_label, peer_agreement, baselines).
+- ``judge``: robust, reliability-weighted combination of judge grades (peer_judge).
+- ``reliability``: online grader weights with probation and quarantine.
+- ``diagnostics``: diversity, agreement, label accuracy and the collapse alarm.
+"""
+
+from corl.rewards.diagnostics import (
+    CollapseDetector,
+    agreement_matrix,
+    answer_stats,
+    cohort_diversity,
+    diversity,
+    label_accuracy,
+    labelled_fraction,
+)
+from corl.rewards.judge import combine_grades, judge_rewards, weighted_median, weighted_trimmed_mean
+from corl.rewards.reliability import (
+    GraderReliability,
+    chance_corrected_agreement,
+    peer_votes_reliability_update,
+)
+from corl.rewards.votes import (
+    PEER_MODES,
+    VOTE_MODES,
+    Answers,
+    RewardOutcome,
+    compute_rewards,
+    plurality,
+    pseudo_label,
+    supervisors,
+)
+
+__all__ = [
+    "PEER_MODES",
+    "VOTE_MODES",
+    "Answers",
+    "CollapseDetector",
+    "GraderReliability",
+    "RewardOutcome",
+    "agreement_matrix",
+    "answer_stats",
+    "chance_corrected_agreement",
+    "cohort_diversity",
+    "combine_grades",
+    "compute_rewards",
+    "diversity",
+    "judge_rewards",
+    "label_accuracy",
+    "labelled_fraction",
+    "peer_votes_reliability_update",
+    "plurality",
+    "pseudo_label",
+    "supervisors",
+    "weighted_median",
+    "weighted_trimmed_mean",
+]

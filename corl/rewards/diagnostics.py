@@ -1,0 +1,136 @@
+"""Per-round diagnostics: answer diversity, agreement between members, label accuracy, collapse.
+
+Pure functions. ``label_accuracy`` is the one place dataset answers meet labels, and only to be
+logged; nothing here feeds back into rewards.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+
+def answer_stats(samples: Sequence[str | None]) -> tuple[int, float]:
+    """(distinct valid answers, entropy in nats of the valid-answer distribution) of one prompt."""
+    counts = Counter(a for a in samples if a is not None)
+    n = sum(counts.values())
+    if n == 0:
+        return 0, 0.0
+    entropy = -sum(c / n * math.log(c / n) for c in counts.values())
+    return len(counts), max(0.0, entropy)
+
+
+def diversity(samples_by_prompt: Sequence[Sequence[str | None]]) -> tuple[float, float]:
+    """A member's round diversity: (mean distinct valid answers per sample, mean entropy in nats).
+
+    The first number is the *distinct-answer rate* ``distinct / G`` averaged over prompts, the
+    input of ``CollapseDetector.update``.
+    """
+    rates, entropies = [], []
+    for samples in samples_by_prompt:
+        if not samples:
+            continue
+        distinct, entropy = answer_stats(samples)
+        rates.append(distinct / len(samples))
+        entropies.append(entropy)
+    if not rates:
+        return 0.0, 0.0
+    return sum(rates) / len(rates), sum(entropies) / len(entropies)
+
+
+def cohort_diversity(pseudo_labels: Mapping[str, Sequence[str | None]]) -> float:
+    """Mean over prompts of distinct pseudo-labels across members / members (1.0: all differ)."""
+    members = list(pseudo_labels)
+    if not members:
+        return 0.0
+    n_prompts = len(pseudo_labels[members[0]])
+    if n_prompts == 0:
+        return 0.0
+    total = sum(len({pseudo_labels[m][p] for m in members} - {None}) for p in range(n_prompts))
+    return total / (n_prompts * len(members))
+
+
+def labelled_fraction(labels: Sequence[str | None]) -> float:
+    """Fraction of prompts that got a supervision label."""
+    return sum(1 for lab in labels if lab is not None) / len(labels) if labels else 0.0
+
+
+def agreement_matrix(pseudo_labels: Mapping[str, Sequence[str | None]]) -> dict[str, dict[str, float]]:
+    """Fraction of prompts where both members have a pseudo-label and the labels are equal.
+
+    The diagonal is each member's labelled fraction.
+    """
+    out: dict[str, dict[str, float]] = {}
+    for a, la in pseudo_labels.items():
+        row = {}
+        for b, lb in pseudo_labels.items():
+            hits = sum(1 for x, y in zip(la, lb, strict=True) if x is not None and x == y)
+            row[b] = hits / len(la) if la else 0.0
+        out[a] = row
+    return out
+
+
+def label_accuracy(labels: Sequence[str | None], dataset_answers: Sequence[str | None]) -> float | None:
+    """Accuracy of labels on the prompts that have both a label and a dataset answer (diagnostic only)."""
+    pairs = [(lab, t) for lab, t in zip(labels, dataset_answers, strict=True) if lab is not None and t is not None]
+    if not pairs:
+        return None
+    return sum(1 for lab, t in pairs if lab == t) / len(pairs)
+
+
+@dataclass
+class CollapseDetector:
+    """Alarm when a member's distinct-answer rate falls below ``collapse_fraction`` of its start.
+
+    The start is the mean of the member's first ``warmup_rounds`` observations; no alarm is raised
+    before it is known. A warning is logged when a member enters the alarm state.
+    """
+
+    collapse_fraction: float = 0.5
+    warmup_rounds: int = 1
+    start: dict[str, float] = field(default_factory=dict)
+    alarmed: set[str] = field(default_factory=set)
+    _warmup: dict[str, list[float]] = field(default_factory=dict)
+
+    def update(self, member: str, distinct_rate: float) -> bool:
+        if member not in self.start:
+            seen = self._warmup.setdefault(member, [])
+            seen.append(float(distinct_rate))
+            if len(seen) >= self.warmup_rounds:
+                self.start[member] = sum(seen) / len(seen)
+                del self._warmup[member]
+            return False
+        alarm = distinct_rate < self.collapse_fraction * self.start[member]
+        if alarm and member not in self.alarmed:
+            logger.warning(
+                "collapse alarm for member %s: distinct-answer rate %.3f < %.2f x start %.3f",
+                member, distinct_rate, self.collapse_fraction, self.start[member],
+            )
+        if alarm:
+            self.alarmed.add(member)
+        else:
+            self.alarmed.discard(member)
+        return alarm
+
+    def snapshot(self) -> dict[str, Any]:
+        return {
+            "collapse_fraction": self.collapse_fraction, "warmup_rounds": self.warmup_rounds,
+            "start": dict(self.start), "alarmed": sorted(self.alarmed),
+            "warmup": {m: list(v) for m, v in self._warmup.items()},
+        }
+
+    @classmethod
+    def from_snapshot(cls, data: Mapping[str, Any]) -> CollapseDetector:
+        return cls(
+            collapse_fraction=float(data.get("collapse_fraction", 0.5)),
+            warmup_rounds=int(data.get("warmup_rounds", 1)),
+            start={k: float(v) for k, v in data.get("start", {}).items()},
+            alarmed=set(data.get("alarmed", [])),
+            _warmup={k: [float(x) for x in v] for k, v in data.get("warmup", {}).items()},
+        )

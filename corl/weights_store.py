@@ -1,0 +1,59 @@
+"""Weights on disk: the one definition of a weights directory's checksum.
+
+The checksum of a directory is sha256 over the bytes of every ``*.safetensors`` file directly in
+it, in sorted file-name order. Trainers write it when they publish; model servers verify it
+before they swap. Pure file I/O: no torch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable
+from pathlib import Path
+
+_CHUNK = 1 << 22
+
+
+class WeightsNotFoundError(FileNotFoundError):
+    """The directory is missing or holds no ``*.safetensors`` file."""
+
+
+def safetensors_files(directory: str | Path) -> list[Path]:
+    """The directory's ``*.safetensors`` files in checksum order (sorted by file name)."""
+    d = Path(directory)
+    if not d.is_dir():
+        raise WeightsNotFoundError(f"weights directory {str(d)!r} does not exist")
+    files = sorted((p for p in d.iterdir() if p.suffix == ".safetensors" and p.is_file()), key=lambda p: p.name)
+    if not files:
+        raise WeightsNotFoundError(f"no *.safetensors file in {str(d)!r}")
+    return files
+
+
+def digest(directory: str | Path) -> str:
+    """sha256 hex digest of a weights directory (see module docstring)."""
+    return digest_files(safetensors_files(directory))
+
+
+def digest_files(files: Iterable[Path]) -> str:
+    """The digest over these files' bytes, in the order given."""
+    h = hashlib.sha256()
+    buf = bytearray(_CHUNK)
+    view = memoryview(buf)
+    for path in files:
+        with path.open("rb", buffering=0) as f:
+            while n := f.readinto(buf):  # type: ignore[attr-defined]
+                h.update(view[:n])  # hashlib releases the GIL on large updates
+    return h.hexdigest()
+
+
+def file_states(files: Iterable[Path]) -> list[tuple[int, int]]:
+    """(size, mtime_ns) per file: compare before and after a load to detect a rewrite meanwhile."""
+    return [(st.st_size, st.st_mtime_ns) for st in (p.stat() for p in files)]
+
+
+def digest_blobs(blobs: Iterable[bytes]) -> str:
+    """The same digest over file contents already in memory, in checksum order."""
+    h = hashlib.sha256()
+    for blob in blobs:
+        h.update(blob)
+    return h.hexdigest()

@@ -1,0 +1,166 @@
+{{/* Names, labels, images and the cohort config shared by every template. */}}
+
+{{- define "corl.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* Resource-name prefix: <release>-corl, or the release name when it already contains "corl".
+     Kept to 40 characters so "<prefix>-model-<member>-<ordinal>" stays a valid DNS label. */}}
+{{- define "corl.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 40 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 40 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 40 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "corl.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "corl.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "corl.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "corl.labels" -}}
+helm.sh/chart: {{ include "corl.chart" . }}
+{{ include "corl.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: corl
+{{- end -}}
+
+{{/* Per-member object names. Call with (dict "root" $ "member" $m). */}}
+{{- define "corl.modelName" -}}
+{{- printf "%s-model-%s" (include "corl.fullname" .root) .member.name | trunc 52 | trimSuffix "-" -}}
+{{- end -}}
+{{- define "corl.trainerName" -}}
+{{- printf "%s-trainer-%s" (include "corl.fullname" .root) .member.name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- define "corl.aggregatorName" -}}
+{{- printf "%s-aggregator" (include "corl.fullname" .) -}}
+{{- end -}}
+{{- define "corl.redisName" -}}
+{{- printf "%s-redis" (include "corl.fullname" .) -}}
+{{- end -}}
+{{- define "corl.configMapName" -}}
+{{- printf "%s-cohort" (include "corl.fullname" .) -}}
+{{- end -}}
+{{- define "corl.dataClaimName" -}}
+{{- default (printf "%s-data" (include "corl.fullname" .)) .Values.storage.existingClaim -}}
+{{- end -}}
+{{- define "corl.secretName" -}}
+{{- default (printf "%s-auth" (include "corl.fullname" .)) .Values.auth.existingSecret -}}
+{{- end -}}
+
+{{/* Image of a member's server: the GPU tag for the vllm backend. (dict "root" $ "member" $m) */}}
+{{- define "corl.image" -}}
+{{- $root := .root -}}
+{{- $tag := default (printf "%s-cpu" $root.Chart.AppVersion) $root.Values.image.tag -}}
+{{- if and .member (eq (default "transformers" .member.backend) "vllm") -}}
+{{- $tag = default (printf "%s-gpu" $root.Chart.AppVersion) $root.Values.image.gpuTag -}}
+{{- end -}}
+{{- printf "%s:%s" $root.Values.image.repository $tag -}}
+{{- end -}}
+
+{{/* Image of a member's trainer: the GPU (CUDA torch) tag when it requests an NVIDIA GPU. */}}
+{{- define "corl.trainerImage" -}}
+{{- $root := .root -}}
+{{- $t := default (dict) .member.trainer -}}
+{{- $limits := default (dict) (default (dict) $t.resources).limits -}}
+{{- $requests := default (dict) (default (dict) $t.resources).requests -}}
+{{- if or (hasKey $limits "nvidia.com/gpu") (hasKey $requests "nvidia.com/gpu") -}}
+{{- printf "%s:%s" $root.Values.image.repository (default (printf "%s-gpu" $root.Chart.AppVersion) $root.Values.image.gpuTag) -}}
+{{- else -}}
+{{- include "corl.image" (dict "root" $root) -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "corl.redisUrl" -}}
+{{- if .Values.redis.enabled -}}
+{{- printf "redis://%s:%d/0" (include "corl.redisName" .) (int .Values.redis.port) -}}
+{{- else -}}
+{{- required "redis.externalUrl is required when redis.enabled=false" .Values.redis.externalUrl -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Base URLs of a member's server replicas: one stable DNS name per StatefulSet pod, so the
+     trainer can hot-swap weights into every replica (a Service would reach only one). */}}
+{{- define "corl.memberServers" -}}
+{{- $name := include "corl.modelName" . -}}
+{{- $servers := list -}}
+{{- range $i := until (int (default 1 .member.replicas)) -}}
+{{- $servers = append $servers (printf "http://%s-%d.%s:%d" $name $i $name (int $.root.Values.server.port)) -}}
+{{- end -}}
+{{- toJson $servers -}}
+{{- end -}}
+
+{{/* The cohort config (corl.config.CohortConfig), as YAML. */}}
+{{- define "corl.cohortConfig" -}}
+{{- $root := . -}}
+{{- $mount := .Values.storage.mountPath -}}
+{{- $members := list -}}
+{{- range .Values.members -}}
+{{- $servers := include "corl.memberServers" (dict "root" $root "member" .) | fromJsonArray -}}
+{{- $members = append $members (dict "name" .name "model" .model "servers" $servers "role" (default "trained" .role) "backend" (default "transformers" .backend)) -}}
+{{- end -}}
+{{- $cfg := dict "run_id" .Values.runId "redis_url" (include "corl.redisUrl" .) "task" .Values.task "weights_dir" (printf "%s/weights" $mount) "checkpoints_dir" (printf "%s/checkpoints" $mount) "members" $members -}}
+{{- range $section := list "rounds" "reward" "training" -}}
+{{- with index $root.Values.cohort $section -}}
+{{- $_ := set $cfg $section . -}}
+{{- end -}}
+{{- end -}}
+{{- toYaml $cfg -}}
+{{- end -}}
+
+{{/* Environment every corl container shares: the admin token from the Secret. (dict "root" $) */}}
+{{- define "corl.commonEnv" -}}
+- name: CORL_ADMIN_TOKEN
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "corl.secretName" .root }}
+      key: {{ .root.Values.auth.adminTokenKey }}
+- name: OMP_NUM_THREADS
+  value: "1"
+{{- end -}}
+
+{{/* Extra env from a map, sorted for stable output. */}}
+{{- define "corl.extraEnv" -}}
+{{- range $k, $v := . }}
+- name: {{ $k }}
+  value: {{ $v | toString | quote }}
+{{- end }}
+{{- end -}}
+
+{{/* Init container: wait until the cohort-init Job has written the cohort. */}}
+{{- define "corl.waitForCohort" -}}
+{{- if .Values.cohortInit.enabled }}
+initContainers:
+  - name: wait-for-cohort
+    image: {{ include "corl.image" (dict "root" .) }}
+    imagePullPolicy: {{ .Values.image.pullPolicy }}
+    command: ["/bin/sh", "-c"]
+    args:
+      - until [ -f {{ .Values.storage.mountPath }}/cohort/cohort.json ]; do echo "waiting for the cohort-init Job"; sleep 5; done
+    securityContext: {{- toYaml .Values.securityContext | nindent 6 }}
+    volumeMounts:
+      - name: data
+        mountPath: {{ .Values.storage.mountPath }}
+        readOnly: true
+{{- end }}
+{{- end -}}
+
+{{- define "corl.dataVolume" -}}
+- name: data
+  persistentVolumeClaim:
+    claimName: {{ include "corl.dataClaimName" . }}
+- name: cohort-config
+  configMap:
+    name: {{ include "corl.configMapName" . }}
+{{- end -}}

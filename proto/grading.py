@@ -1,0 +1,111 @@
+"""The aggregator's own wire models: prompts posted to a run, the grading pool, and run statistics.
+
+External grading agents implement ``/v1/grade`` (``proto.grade``) in push mode, or long-poll
+``GET /v1/grading/tasks`` and post ``GradingResults`` in pull mode.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field, model_validator
+
+from ._base import WireModel
+from .grade import GradeMode, Score
+
+GraderName = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9_-]{0,39}$")]
+
+
+class PromptRecord(WireModel):
+    """One prompt of a JSONL prompt file or of ``POST /v1/prompts``."""
+
+    prompt: str = Field(min_length=1)
+    answer: str | None = Field(default=None, description="Dataset answer: diagnostics only, never a reward.")
+
+
+class PromptsPost(WireModel):
+    prompts: list[PromptRecord] = Field(min_length=1)
+
+
+class PromptsAccepted(WireModel):
+    accepted: int = Field(ge=0)
+    queued: int = Field(ge=0, description="Posted prompts not yet taken by a round.")
+
+
+GraderMode = Literal["push", "pull"]
+
+
+class GraderRegistration(WireModel):
+    """``POST /v1/graders`` (admin token): push agents give the base URL of their ``/v1/grade``."""
+
+    name: GraderName
+    mode: GraderMode
+    url: str | None = Field(default=None, description="Base URL of POST /v1/grade (push mode).")
+
+    @model_validator(mode="after")
+    def _url_for_push(self) -> GraderRegistration:
+        if self.mode == "push" and not self.url:
+            raise ValueError("push mode needs a url")
+        if self.mode == "pull" and self.url:
+            raise ValueError("pull mode takes no url")
+        return self
+
+
+class GraderRegistered(WireModel):
+    name: str
+    mode: GraderMode
+    token: str = Field(description="Bearer token for this grader; shown once, stored only as a sha256 hash.")
+    weight: float = Field(ge=0.0, le=1.0, description="Starting (probation) weight.")
+
+
+class GradingTask(WireModel):
+    task_id: str
+    prompt: str
+    response: str
+    mode: GradeMode = "judge"
+    deadline: float = Field(description="Unix time after which a result is ignored.")
+
+
+class GradingTasks(WireModel):
+    tasks: list[GradingTask]
+
+
+class GradingResult(WireModel):
+    task_id: str = Field(min_length=1)
+    score: Score
+
+
+class GradingResults(WireModel):
+    results: list[GradingResult] = Field(min_length=1)
+
+
+class GradingResultsAccepted(WireModel):
+    accepted: int = Field(ge=0)
+    ignored: int = Field(ge=0, description="Duplicate or late results (idempotent no-ops).")
+
+
+class MemberRoundStats(WireModel):
+    mean_reward: float
+    label_rate: float = Field(ge=0.0, le=1.0)
+    distinct_answers: float = Field(ge=0.0)
+    answer_entropy: float = Field(ge=0.0)
+    mean_response_tokens: float = Field(ge=0.0)
+    pseudo_label_accuracy: float | None = Field(default=None, description="Vs dataset answers; diagnostic.")
+    batch_written: bool = Field(description="False when back-pressure or a frozen role held it back.")
+
+
+class RoundStats(WireModel):
+    round: int = Field(ge=0)
+    created_at: float
+    members: dict[str, MemberRoundStats] = Field(description="Members that answered this round.")
+    missing: list[str] = Field(description="Members left out (down, timed out).")
+    agreement: dict[str, dict[str, float]] = Field(description="Pseudo-label agreement between members.")
+
+
+class RunStats(WireModel):
+    run_id: str
+    next_round: int = Field(ge=0)
+    rounds: list[RoundStats] = Field(description="Most recent rounds, oldest first.")
+    grader_weights: dict[str, float]
+    quarantined: list[str]
+    collapse: list[str] = Field(description="Members whose collapse alarm is raised.")

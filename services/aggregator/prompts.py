@@ -1,0 +1,97 @@
+"""Prompt sources. Every source is addressed by an integer cursor persisted with the round state, so
+a retried round takes exactly the same prompts and a restarted aggregator continues where it was.
+
+- ``task``: the task's seeded RL split, cycled;
+- ``jsonl``: a file of ``{"prompt", "answer"?}`` records, cycled;
+- ``http``: prompts posted to ``POST /v1/prompts``, kept in a Redis list and consumed once, in order.
+
+Dataset answers ride along for diagnostics only (and the explicit ``ground_truth`` baseline).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Protocol
+
+import redis.asyncio as aioredis
+from corl.proto import PromptRecord
+from pydantic import ValidationError
+
+from corl import redis_keys as keys
+from corl.config import CohortConfig
+from corl.tasks import Example, get_task
+
+from .errors import Conflict
+
+
+class PromptSource(Protocol):
+    kind: str
+
+    async def take(self, cursor: int, n: int) -> list[Example]:
+        """Up to ``n`` prompts starting at ``cursor`` (fewer, or none, only for a consumable source)."""
+        ...
+
+
+class CyclicSource:
+    """A fixed list of examples read round-robin."""
+
+    def __init__(self, kind: str, examples: list[Example]):
+        if not examples:
+            raise ValueError(f"prompt source {kind!r} has no prompts")
+        self.kind = kind
+        self._examples = examples
+
+    async def take(self, cursor: int, n: int) -> list[Example]:
+        ex, size = self._examples, len(self._examples)
+        return [ex[(cursor + i) % size] for i in range(n)]
+
+
+class PostedSource:
+    """Prompts posted over HTTP, appended to a Redis list; the cursor is an index into it."""
+
+    kind = "http"
+
+    def __init__(self, redis: aioredis.Redis, run: str):
+        self._redis = redis
+        self._key = keys.posted_prompts(run)
+
+    async def take(self, cursor: int, n: int) -> list[Example]:
+        raw = await self._redis.lrange(self._key, cursor, cursor + n - 1)
+        return [_example(PromptRecord.model_validate_json(r)) for r in raw]
+
+    async def post(self, records: list[PromptRecord]) -> int:
+        """Append prompts; returns the list's new length."""
+        return int(await self._redis.rpush(self._key, *(r.model_dump_json() for r in records)))
+
+
+def _example(r: PromptRecord) -> Example:
+    return Example(r.prompt, r.answer)
+
+
+def read_jsonl(path: str | Path) -> list[Example]:
+    examples = []
+    for lineno, line in enumerate(Path(path).read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            examples.append(_example(PromptRecord.model_validate_json(line)))
+        except ValidationError as err:
+            raise ValueError(f"{path}:{lineno}: not a {{prompt, answer?}} record: {err}") from None
+    return examples
+
+
+def build_prompt_source(cfg: CohortConfig, redis: aioredis.Redis) -> PromptSource:
+    src = cfg.rounds.prompt_source
+    if src.kind == "task":
+        splits = get_task(cfg.task).splits(src.seed)
+        return CyclicSource("task", splits.rl if src.split == "rl" else splits.eval)
+    if src.kind == "jsonl":
+        assert src.path is not None  # checked by the config
+        return CyclicSource("jsonl", read_jsonl(src.path))
+    return PostedSource(redis, cfg.run_id)
+
+
+def posted_source(source: PromptSource) -> PostedSource:
+    if not isinstance(source, PostedSource):
+        raise Conflict(f"this run reads prompts from its {source.kind!r} source, not from POST /v1/prompts")
+    return source

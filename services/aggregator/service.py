@@ -1,0 +1,98 @@
+"""The serving layer the routes call: one object per app, built in lifespan from the clients."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import httpx
+import redis.asyncio as aioredis
+from corl.proto import (
+    GraderRegistered,
+    GraderRegistration,
+    GradingResults,
+    GradingResultsAccepted,
+    GradingTasks,
+    PromptsAccepted,
+    PromptsPost,
+    RunStats,
+)
+
+from corl.config import CohortConfig
+
+from .errors import NotFound
+from .grading_pool import GradingPool
+from .members import MemberClient
+from .metrics import AggregatorMetrics
+from .prompts import build_prompt_source, posted_source
+from .rounds import RoundDriver
+from .settings import AggregatorSettings
+from .stats import run_stats
+from .store import RoundStore
+
+log = logging.getLogger(__name__)
+
+
+class AggregatorService:
+    def __init__(
+        self, cfg: CohortConfig, settings: AggregatorSettings, redis: aioredis.Redis, http: httpx.AsyncClient,
+        metrics: AggregatorMetrics,
+    ):
+        self.cfg, self.settings, self.redis, self.metrics = cfg, settings, redis, metrics
+        self.store = RoundStore(redis, cfg.run_id, stream_maxlen=settings.stream_maxlen,
+                                stats_maxlen=settings.stats_maxlen, marker_ttl_s=settings.marker_ttl_s)
+        self.source = build_prompt_source(cfg, redis)
+        client = MemberClient(http, settings.http, cfg.rounds.request_timeout_s)
+        self.driver = RoundDriver(cfg, settings, self.store, client, self.source, metrics)
+        admin = settings.admin_token.get_secret_value() if settings.admin_token else None
+        self.pool = GradingPool(redis, cfg.run_id, settings.grading, metrics, self.driver.reliability, admin,
+                                reserved={m.name for m in cfg.members})
+        self.driver.pool = self.pool
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self, run_rounds: bool) -> None:
+        await self.driver.start()
+        for name in await self.pool.names():
+            self.driver.reliability.register(name, probation=True)
+        if run_rounds:
+            self._task = asyncio.create_task(self.driver.run_forever(), name="corl-round-driver")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+            self._task = None
+
+    def _check_run(self, run: str) -> None:
+        if run != self.cfg.run_id:
+            raise NotFound(f"no run {run!r}; this aggregator drives {self.cfg.run_id!r}")
+
+    async def stats(self, run: str, last: int | None = None) -> RunStats:
+        self._check_run(run)
+        rounds = await self.store.recent_stats(min(last or self.settings.stats_rounds, self.settings.stats_rounds))
+        d = self.driver
+        learnt = {"reliability": d.reliability.snapshot()}
+        return run_stats(self.cfg.run_id, d.state.next_round, rounds, learnt, sorted(d.collapse.alarmed))
+
+    async def post_prompts(self, authorization: str | None, body: PromptsPost) -> PromptsAccepted:
+        if self.settings.admin_token is not None:  # prompts steer training: admin only when a token is set
+            self.pool.check_admin(authorization)
+        total = await posted_source(self.source).post(body.prompts)
+        return PromptsAccepted(accepted=len(body.prompts), queued=max(0, total - self.driver.state.cursor))
+
+    async def register_grader(self, authorization: str | None, body: GraderRegistration) -> GraderRegistered:
+        self.pool.check_admin(authorization)
+        reg = await self.pool.register(body)
+        log.info("grader %s registered (%s mode, probation)", reg.name, reg.mode)
+        return reg
+
+    async def grading_tasks(self, authorization: str | None, max_tasks: int, wait_s: float) -> GradingTasks:
+        grader = await self.pool.authenticate(authorization)
+        return GradingTasks(tasks=await self.pool.lease(grader, max_tasks, wait_s))
+
+    async def grading_results(self, authorization: str | None, body: GradingResults) -> GradingResultsAccepted:
+        grader = await self.pool.authenticate(authorization)
+        return await self.pool.submit(grader, body)

@@ -1,0 +1,56 @@
+"""Aggregator settings: ``CORL_AGGREGATOR_*`` environment variables (nested with ``__``), plus the
+admin token from ``CORL_ADMIN_TOKEN``. What a run does lives in the cohort config file; these are
+the knobs of this process."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class HttpSettings(_Section):
+    connect_timeout_s: float = Field(default=5.0, gt=0)
+    transport_retries: int = Field(default=2, ge=0, description="httpx connect retries.")
+    attempts: int = Field(default=3, ge=1, description="tenacity attempts for an idempotent call.")
+    backoff_initial_s: float = Field(default=0.1, ge=0)
+    backoff_max_s: float = Field(default=2.0, ge=0)
+    max_connections: int = Field(default=256, ge=1)
+
+
+class GradingSettings(_Section):
+    push_timeout_s: float = Field(default=10.0, gt=0, description="Timeout of a push grader's /v1/grade.")
+    pull_deadline_s: float = Field(default=10.0, gt=0, description="How long a round waits for pull results.")
+    pull_active_s: float = Field(default=60.0, gt=0, description="Pull graders silent this long get no tasks.")
+    lease_s: float = Field(default=10.0, gt=0, description="A leased task not answered in time is re-offered.")
+    max_wait_s: float = Field(default=30.0, ge=0, description="Cap on a long poll's wait (< redis_timeout_s).")
+    max_tasks: int = Field(default=256, ge=1, description="Cap on tasks per poll.")
+    items_per_round: int = Field(default=64, ge=1, description="Responses each external grader sees per round.")
+    rate_limit_per_min: int = Field(default=600, ge=1, description="Requests per grader per minute.")
+    max_body_bytes: int = Field(default=1 << 20, ge=1024)
+    max_graders: int = Field(default=64, ge=1, description="Bounds the grader label of metrics.")
+
+
+class AggregatorSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="CORL_AGGREGATOR_", env_nested_delimiter="__", extra="ignore")
+
+    config: Path = Field(description="Cohort config file (YAML).")
+    admin_token: SecretStr | None = Field(
+        default=None, validation_alias=AliasChoices("CORL_ADMIN_TOKEN", "admin_token")
+    )
+    redis_url: str | None = Field(default=None, description="Overrides the config's redis_url.")
+    redis_timeout_s: float = Field(default=60.0, gt=0, description="Socket timeout of every Redis call.")
+    autostart: bool = Field(default=True, description="Start the round driver with the app.")
+    stream_maxlen: int = Field(default=10_000, ge=1, description="Approximate MAXLEN of each batch stream.")
+    stats_maxlen: int = Field(default=10_000, ge=1)
+    marker_ttl_s: int = Field(default=30 * 86400, ge=60, description="Life of batch-id idempotency markers.")
+    backpressure_poll_s: float = Field(default=0.2, gt=0)
+    quorum_retry_s: float = Field(default=1.0, gt=0, description="Wait before retrying a round without quorum.")
+    stats_rounds: int = Field(default=50, ge=1, description="Rounds returned by GET /v1/runs/{run}/stats.")
+    http: HttpSettings = HttpSettings()
+    grading: GradingSettings = GradingSettings()

@@ -1,0 +1,120 @@
+"""The aggregator's Redis state: batch streams, the round record, back-pressure, per-round stats.
+
+A round's writes go in ONE Lua script call, so they are atomic and cost one round trip: it checks
+that the round is still the next one (a stale or restarted aggregator cannot write it twice), sets
+a marker per batch id (``SET NX``) and only then ``XADD``s the batch (``MAXLEN ~``), appends the
+round's stats and advances the round counter, prompt cursor and learnt state together.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis.asyncio as aioredis
+from redis.exceptions import ResponseError
+
+from corl import redis_keys as keys
+
+_COMMIT = """
+local nr = tonumber(redis.call('HGET', KEYS[1], 'next_round') or '0')
+if nr ~= tonumber(ARGV[1]) then return -1 end
+local added = 0
+local nb = (#KEYS - 2) / 2
+for i = 1, nb do
+  if redis.call('SET', KEYS[1 + 2 * i], '1', 'NX', 'EX', ARGV[4]) then
+    redis.call('XADD', KEYS[2 + 2 * i], 'MAXLEN', '~', ARGV[3], '*', 'batch', ARGV[7 + i])
+    added = added + 1
+  end
+end
+redis.call('HSET', KEYS[1], 'next_round', nr + 1, 'cursor', ARGV[2], 'learnt', ARGV[5])
+redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[7], '*', 'stats', ARGV[6])
+return added
+"""
+
+
+@dataclass
+class RoundState:
+    next_round: int = 0
+    cursor: int = 0
+    learnt: dict[str, Any] = field(default_factory=dict)  # reliability + collapse detector snapshots
+
+
+class RoundStore:
+    def __init__(
+        self, redis: aioredis.Redis, run: str, *, stream_maxlen: int, stats_maxlen: int, marker_ttl_s: int
+    ):
+        self.redis, self.run = redis, run
+        self._state = keys.round_state(run)
+        self._stats = keys.round_stats(run)
+        self._maxlen, self._stats_maxlen, self._ttl = stream_maxlen, stats_maxlen, marker_ttl_s
+        self._commit = redis.register_script(_COMMIT)
+
+    async def ensure_groups(self, members: list[str]) -> None:
+        """One ``trainer`` consumer group per member stream, reading from the start."""
+        for m in members:
+            try:
+                await self.redis.xgroup_create(keys.batches_stream(self.run, m), keys.TRAINER_GROUP, id="0",
+                                               mkstream=True)
+            except ResponseError as err:
+                if "BUSYGROUP" not in str(err):
+                    raise
+
+    async def load(self) -> RoundState:
+        raw = await self.redis.hgetall(self._state)
+        if not raw:
+            return RoundState()
+        return RoundState(
+            next_round=int(raw.get(b"next_round", 0)),
+            cursor=int(raw.get(b"cursor", 0)),
+            learnt=json.loads(raw[b"learnt"]) if raw.get(b"learnt") else {},
+        )
+
+    async def unconsumed(self, members: list[str]) -> dict[str, int]:
+        """Batches per member stream not yet acknowledged by the trainer group (lag + pending)."""
+        pipe = self.redis.pipeline(transaction=False)
+        for m in members:
+            pipe.xinfo_groups(keys.batches_stream(self.run, m))
+        replies = await pipe.execute(raise_on_error=False)
+        out: dict[str, int] = {}
+        for m, groups in zip(members, replies, strict=True):
+            out[m] = 0
+            if isinstance(groups, Exception):
+                continue  # stream gone: ensure_groups recreates it on the next start
+            for g in groups:
+                name = g.get("name")
+                if (name.decode() if isinstance(name, bytes) else name) != keys.TRAINER_GROUP:
+                    continue
+                lag = g.get("lag")
+                if lag is None:  # Redis cannot tell after trims/deletes: count what was read as consumed
+                    read = g.get("entries-read") or 0
+                    lag = 0 if read else g.get("entries-added", 0)
+                out[m] = int(lag) + int(g.get("pending", 0))
+        return out
+
+    async def commit(
+        self, round_: int, cursor: int, batches: dict[str, bytes], stats_json: str, learnt: dict[str, Any]
+    ) -> int:
+        """Atomically append ``batches`` (member -> GradedBatch JSON) and advance the round.
+
+        Returns how many batches were added (those already written before are skipped), or -1
+        when ``round_`` is no longer the next round (another aggregator committed it).
+        """
+        ks = [self._state, self._stats]
+        args: list[Any] = [round_, cursor, self._maxlen, self._ttl, json.dumps(learnt), stats_json,
+                           self._stats_maxlen]
+        for member, body in batches.items():
+            ks += [keys.batch_marker(self.run, batch_id(self.run, round_, member)),
+                   keys.batches_stream(self.run, member)]
+            args.append(body)
+        return int(await self._commit(keys=ks, args=args))
+
+    async def recent_stats(self, n: int) -> list[str]:
+        entries: Any = await self.redis.xrevrange(self._stats, count=n)
+        return [fields[b"stats"].decode() for _, fields in reversed(entries)]
+
+
+def batch_id(run: str, round_: int, member: str) -> str:
+    """Deterministic: the same (run, round, member) always names the same batch."""
+    return f"{run}-r{round_:07d}-{member}"

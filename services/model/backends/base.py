@@ -1,0 +1,147 @@
+"""The backend interface: everything the model server needs from an inference engine.
+
+A backend owns one model and its weights. It is async throughout: heavy work runs in the
+engine's own async API (vLLM) or in a worker thread (transformers), never on the event loop.
+Everything above it (dynamic batching, vote grading, checksums of the HTTP contract, metrics)
+lives in the serving layer, so a new backend implements only this class.
+
+Atomicity contract: every output carries the ``weight_version`` that produced *all* of it, and
+``load_weights`` loads beside the serving weights and swaps in one step; a failed load leaves the
+old weights serving. Versions only move forward.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+WeightFormat = Literal["full", "lora"]
+FinishReason = Literal["stop", "length"]
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """Token-level sampling parameters of one request (vLLM's names). ``temperature == 0`` is greedy."""
+
+    n: int = 1
+    max_tokens: int = 16
+    temperature: float = 1.0
+    top_p: float = 1.0
+    seed: int | None = None
+
+
+@dataclass(frozen=True)
+class Completion:
+    text: str  # decoded, without the end-of-sequence token
+    token_ids: list[int]  # includes the end token when finish_reason == "stop"
+    logprobs: list[float]  # log-prob of each sampled token under the sampling distribution
+    finish_reason: FinishReason
+
+
+@dataclass(frozen=True)
+class PromptOutput:
+    prompt_token_ids: list[int]
+    completions: list[Completion]  # exactly SamplingParams.n
+
+
+@dataclass(frozen=True)
+class GenerateOutput:
+    weight_version: int  # the one version that produced every completion below
+    outputs: list[PromptOutput]  # one per prompt, in order
+
+
+@dataclass(frozen=True)
+class JudgeOutput:
+    weight_version: int
+    scores: list[float]  # P(correct) / (P(correct) + P(incorrect)) of the next token, per text
+
+
+class BackendError(RuntimeError):
+    """The engine failed (not the caller's fault): the server answers 503."""
+
+
+class WeightLoadError(ValueError):
+    """New weights cannot be used (missing file, bad checksum, wrong tensor names/shapes): 422.
+
+    ``field`` names the request field at fault (``uri``, ``sha256``, ``format``)."""
+
+    def __init__(self, message: str, field: str = "uri") -> None:
+        super().__init__(message)
+        self.field = field
+
+
+class StaleVersionError(ValueError):
+    """The offered version is not newer than the one serving: 409."""
+
+
+class Backend(abc.ABC):
+    """One model behind the server. Construct cheaply; ``start`` loads the model.
+
+    Constructors take ``(model_dir: str, name: str, initial_version: int = 0, **options)`` (see
+    ``backends.create_backend``); ``model_dir`` is a save_pretrained directory with its tokenizer.
+    """
+
+    #: short engine name reported by ``/v1/info`` ("transformers", "vllm")
+    kind: str = "abstract"
+    #: True when the serving layer should merge concurrent requests into one ``generate`` call.
+    #: Engines with their own continuous batching (vLLM) set False and take requests as they come.
+    wants_batching: bool = True
+
+    @property
+    @abc.abstractmethod
+    def name(self) -> str:
+        """Cohort member name."""
+
+    @property
+    @abc.abstractmethod
+    def family(self) -> str:
+        """Model family (``config.model_type``): gpt2, llama, qwen2, mamba, ..."""
+
+    @property
+    @abc.abstractmethod
+    def parameters(self) -> int:
+        """Parameter count of the serving model."""
+
+    @property
+    @abc.abstractmethod
+    def weight_version(self) -> int:
+        """Version now serving (the initial weights are version ``initial_version``, default 0)."""
+
+    def too_long(self, prompts: Sequence[str], max_tokens: int) -> int | None:
+        """Index of the first prompt whose tokens plus ``max_tokens`` exceed the model's context, or
+        None. Lets the server reject such requests as bad input (422) instead of failing in the engine.
+        The default knows no limit; backends that know theirs override it (cheap: called per request)."""
+        return None
+
+    @abc.abstractmethod
+    async def start(self) -> None:
+        """Load the model; after this returns the backend serves requests."""
+
+    @abc.abstractmethod
+    async def close(self) -> None:
+        """Release the engine (threads, GPU memory). Idempotent."""
+
+    @abc.abstractmethod
+    async def generate(self, prompts: Sequence[str], params: SamplingParams) -> GenerateOutput:
+        """``params.n`` completions per prompt, all from one weight version."""
+
+    @abc.abstractmethod
+    async def judge(self, texts: Sequence[str], correct_token: str, incorrect_token: str) -> JudgeOutput:
+        """Normalised probability of ``correct_token`` vs ``incorrect_token`` as the next token after
+        each text, read from the logits (no sampling, no text parsing). Each verdict string must be a
+        single token of the model's tokenizer, else ``ValueError``."""
+
+    @abc.abstractmethod
+    async def load_weights(self, version: int, path: str, fmt: WeightFormat, sha256: str) -> float:
+        """Load ``path`` beside the serving weights, verify, swap atomically; return seconds taken.
+
+        ``full``: a save_pretrained directory (``*.safetensors``) with the serving model's tensor
+        names and shapes. ``lora``: a peft adapter directory for the *initial* base weights.
+        ``sha256`` is over the bytes of every ``*.safetensors`` file in the directory in sorted
+        file-name order (``corl.weights_store.digest``); verify it before swapping.
+        Raises ``StaleVersionError`` if ``version <= weight_version`` and ``WeightLoadError`` for
+        unusable weights; in both cases the old weights keep serving. Requests already running
+        finish on the old weights.
+        """

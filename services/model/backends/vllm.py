@@ -1,0 +1,457 @@
+"""The vLLM backend: vLLM's async engine behind the same contract as the transformers backend.
+
+Generation: prompts are tokenised here exactly as the transformers backend does (no special
+tokens) and sent as token ids; vLLM batches concurrent requests itself (continuous batching), so
+the serving layer does not merge them (``wants_batching = False``). Log-probs are vLLM's
+``processed_logprobs`` of each sampled token: after temperature and top-p, i.e. the distribution
+the token was drawn from. Judge scores read the two verdict tokens' log-probs of the next token
+(``logprob_token_ids``); the softmax normaliser cancels in P(c) / (P(c) + P(i)).
+
+Weights: a full update is verified in this process first (sha256 over the bytes read once,
+tensor names and shapes from the safetensors headers against the serving checkpoint), while the
+old weights keep serving. Only then does the swap close admission, wait for the requests in
+flight to finish (they complete on the old weights and report the old version), load the new
+safetensors into the running model in place (the workers' ``reload_weights``: no restart), reset
+the prefix cache (its KV blocks were computed by the old weights) and reopen. Requests that
+arrive meanwhile wait, they do not fail. LoRA adapters are per request in vLLM, so a LoRA update
+needs no drain: requests already running keep the adapter they started with, new ones get the
+new adapter under a new name per version (vLLM keys its prefix cache on the adapter name).
+Architectures without vLLM LoRA support (GPT-2, Mamba) get the adapter merged on the CPU into the
+initial weights and swapped in as full weights.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import math
+import os
+import shutil
+import struct
+import tempfile
+import time
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from corl import weights_store
+
+from .base import (
+    Backend,
+    BackendError,
+    Completion,
+    GenerateOutput,
+    JudgeOutput,
+    PromptOutput,
+    SamplingParams,
+    StaleVersionError,
+    WeightFormat,
+    WeightLoadError,
+)
+from .vllm_engine import EngineOptions, VLLMEngine
+
+log = logging.getLogger(__name__)
+
+TensorSpec = dict[str, tuple[int, ...]]
+
+
+@dataclass(frozen=True)
+class _Serving:
+    """What a new request is served with; replaced as a whole, so readers see one consistent pair."""
+
+    version: int
+    lora: Any = None  # vllm LoRARequest, or None for the plain weights
+
+
+def safetensors_spec(path: Path) -> TensorSpec:
+    """Tensor names and shapes from a safetensors file's header (the data is not read);
+    ``WeightLoadError`` if it is not a complete safetensors file (bad header, or shorter than its
+    header says: truncated)."""
+    try:
+        with path.open("rb") as f:
+            (size,) = struct.unpack("<Q", f.read(8))
+            header = json.loads(f.read(size))
+        tensors = {k: v for k, v in header.items() if k != "__metadata__"}
+        spec = {k: tuple(v["shape"]) for k, v in tensors.items()}
+        end = max((v["data_offsets"][1] for v in tensors.values()), default=0)
+    except Exception as err:  # noqa: BLE001 - any parse failure means a bad file
+        raise WeightLoadError(f"{path.name} is not a readable safetensors file: {err}") from None
+    if 8 + size + end > path.stat().st_size:
+        raise WeightLoadError(f"{path.name} is truncated: {path.stat().st_size} bytes, header needs {8 + size + end}")
+    return spec
+
+
+def _states(path: str) -> list[tuple[int, int]]:
+    return weights_store.file_states(weights_store.safetensors_files(path))
+
+
+def _verify_files(path: str, sha256: str) -> tuple[TensorSpec, list[tuple[int, int]]]:
+    """Checksum and tensor specs of a weights directory, and its files' (size, mtime) so that a
+    later swap can tell whether they were rewritten after this check."""
+    try:
+        files = weights_store.safetensors_files(path)
+        states = weights_store.file_states(files)
+        got = weights_store.digest_files(files)
+    except OSError as err:
+        raise WeightLoadError(str(err), field="uri") from None
+    if got != sha256:
+        raise WeightLoadError(f"sha256 mismatch: files hash to {got}, request says {sha256}", field="sha256")
+    spec: TensorSpec = {}
+    for f in files:
+        spec.update(safetensors_spec(f))
+    if weights_store.file_states(files) != states:
+        raise WeightLoadError(f"{path!r} changed while it was verified", field="uri")
+    return spec, states
+
+
+class VLLMBackend(Backend):
+    kind = "vllm"
+    wants_batching = False
+
+    def __init__(
+        self,
+        model_dir: str,
+        name: str,
+        initial_version: int = 0,
+        device: str = "auto",
+        num_threads: int | None = None,
+        *,
+        engine: VLLMEngine | None = None,
+        options: EngineOptions | None = None,
+    ) -> None:
+        """``engine``: an engine started elsewhere for the same ``model_dir``; this backend loads
+        the initial weights into it and leaves it running on ``close``. ``device`` and
+        ``num_threads`` are the transformers backend's knobs: vLLM places and threads itself."""
+        self._model_dir = str(model_dir)
+        self._name = name
+        self._initial_version = initial_version
+        self._own_engine = engine is None
+        self._engine = engine or VLLMEngine(self._model_dir, options)
+        self._serving = _Serving(initial_version)
+        self._family = "unknown"
+        self._parameters = 0
+        self._tie_embeddings = False
+        self._reference: TensorSpec = {}
+        self._tokenizer: Any = None
+        self._swap_lock = asyncio.Lock()
+        self._admitting = asyncio.Event()
+        self._admitting.set()
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._inflight = 0
+        self._by_lora: dict[int, int] = {}  # adapter id -> requests in flight with it
+        self._merged_dir: str | None = None  # CPU-merged LoRA weights now serving (non-LoRA archs)
+        self._failed: str | None = None
+        self.peak_inflight = 0  # most requests in the engine at once (continuous batching at work)
+
+    # --- properties ---------------------------------------------------------------------------
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def family(self) -> str:
+        return self._family
+
+    @property
+    def parameters(self) -> int:
+        return self._parameters
+
+    @property
+    def weight_version(self) -> int:
+        return self._serving.version
+
+    def too_long(self, prompts: Sequence[str], max_tokens: int) -> int | None:
+        limit = self._engine.max_model_len
+        if limit is None or self._tokenizer is None:
+            return None
+        for i, p in enumerate(prompts):
+            if len(self._tokenizer.encode(p, add_special_tokens=False)) + max_tokens > limit:
+                return i
+        return None
+
+    # --- lifecycle ----------------------------------------------------------------------------
+    async def start(self) -> None:
+        await asyncio.to_thread(self._read_model)
+        if self._own_engine:
+            await asyncio.to_thread(self._engine.start)
+        elif self._engine.weights_path != self._model_dir:  # a shared engine: back to the initial weights
+            await self._reload(self._model_dir)
+        log.info(
+            "vLLM serving %s (%s, %d parameters), version %d",
+            self._name,
+            self._family,
+            self._parameters,
+            self.weight_version,
+        )
+
+    def _read_model(self) -> None:
+        from transformers import AutoConfig, AutoTokenizer
+
+        self._tokenizer = AutoTokenizer.from_pretrained(self._model_dir)
+        config = AutoConfig.from_pretrained(self._model_dir)
+        self._family = str(config.model_type)
+        self._tie_embeddings = bool(getattr(config, "tie_word_embeddings", False))
+        spec: TensorSpec = {}
+        for path in weights_store.safetensors_files(self._model_dir):
+            spec.update(safetensors_spec(path))
+        self._reference = spec
+        self._parameters = sum(math.prod(s) for s in spec.values())
+
+    async def close(self) -> None:
+        if self._own_engine:
+            await asyncio.to_thread(self._engine.shutdown)
+        if self._merged_dir:
+            shutil.rmtree(self._merged_dir, ignore_errors=True)
+            self._merged_dir = None
+
+    # --- admission ----------------------------------------------------------------------------
+    @contextlib.asynccontextmanager
+    async def _admitted(self) -> AsyncIterator[_Serving]:
+        """Hold the serving weights for one request; a full swap waits until no one holds them."""
+        while not self._admitting.is_set():
+            await self._admitting.wait()
+        if self._failed:
+            raise BackendError(self._failed)
+        serving = self._serving
+        lora_id = serving.lora.lora_int_id if serving.lora is not None else None
+        self._inflight += 1
+        self.peak_inflight = max(self.peak_inflight, self._inflight)
+        self._idle.clear()
+        if lora_id is not None:
+            self._by_lora[lora_id] = self._by_lora.get(lora_id, 0) + 1
+        try:
+            yield serving
+        finally:
+            self._inflight -= 1
+            if self._inflight == 0:
+                self._idle.set()
+            if lora_id is not None:
+                self._by_lora[lora_id] -= 1
+                current = self._serving.lora
+                if self._by_lora[lora_id] == 0 and (current is None or current.lora_int_id != lora_id):
+                    del self._by_lora[lora_id]
+                    asyncio.ensure_future(self._engine.run(self._engine.llm.remove_lora(lora_id)))
+
+    @contextlib.asynccontextmanager
+    async def _drained(self) -> AsyncIterator[None]:
+        """Close admission and wait for the requests in flight; new requests wait, not fail."""
+        self._admitting.clear()
+        try:
+            await self._idle.wait()
+            yield
+        finally:
+            self._admitting.set()
+
+    # --- inference ----------------------------------------------------------------------------
+    async def generate(self, prompts: Sequence[str], params: SamplingParams) -> GenerateOutput:
+        from vllm import SamplingParams as VSamplingParams
+        from vllm.sampling_params import RequestOutputKind
+
+        greedy = params.temperature == 0.0
+        # vLLM refuses n > 1 when greedy; greedy samples are identical, so decode once and repeat.
+        sp = VSamplingParams(
+            n=1 if greedy else params.n,
+            max_tokens=params.max_tokens,
+            temperature=params.temperature,
+            top_p=params.top_p,
+            seed=params.seed,
+            logprobs=0,
+            detokenize=False,
+            output_kind=RequestOutputKind.FINAL_ONLY,
+        )
+        ids = [self._tokenizer.encode(p, add_special_tokens=False) for p in prompts]
+        async with self._admitted() as serving:
+            finals = await self._engine.run(self._run_all(ids, sp, serving.lora))
+        outputs = []
+        for prompt_ids, out in zip(ids, finals, strict=True):
+            completions = [self._completion(c) for c in out.outputs]
+            outputs.append(PromptOutput(list(prompt_ids), completions * params.n if greedy else completions))
+        return GenerateOutput(serving.version, outputs)
+
+    def _completion(self, c: Any) -> Completion:
+        token_ids = [int(t) for t in c.token_ids]
+        logprobs = [float(step[t].logprob) for step, t in zip(c.logprobs, token_ids, strict=True)]
+        text = self._tokenizer.decode(token_ids, skip_special_tokens=True)
+        return Completion(text, token_ids, logprobs, "stop" if c.finish_reason == "stop" else "length")
+
+    async def _run_all(self, ids: list[list[int]], sp: Any, lora: Any) -> list[Any]:
+        """On the engine loop: one vLLM request per prompt, all in flight together."""
+        return await asyncio.gather(*(self._run_one(p, sp, lora) for p in ids))
+
+    async def _run_one(self, prompt_ids: list[int], sp: Any, lora: Any) -> Any:
+        from vllm.inputs import TokensPrompt
+
+        final = None
+        try:
+            async for out in self._engine.llm.generate(
+                TokensPrompt(prompt_token_ids=prompt_ids), sp, uuid.uuid4().hex, lora_request=lora
+            ):
+                final = out
+        except asyncio.CancelledError:
+            raise
+        except Exception as err:
+            raise BackendError(f"vLLM request failed: {type(err).__name__}: {err}") from err
+        if final is None or len(final.outputs) != sp.n:
+            raise BackendError("vLLM returned no final output")
+        return final
+
+    async def judge(self, texts: Sequence[str], correct_token: str, incorrect_token: str) -> JudgeOutput:
+        from vllm import SamplingParams as VSamplingParams
+        from vllm.sampling_params import RequestOutputKind
+
+        c, i = self._single_token(correct_token), self._single_token(incorrect_token)
+        sp = VSamplingParams(
+            max_tokens=1,
+            temperature=0.0,
+            logprob_token_ids=[c, i],
+            detokenize=False,
+            output_kind=RequestOutputKind.FINAL_ONLY,
+        )
+        ids = [self._tokenizer.encode(t, add_special_tokens=False) for t in texts]
+        async with self._admitted() as serving:
+            finals = await self._engine.run(self._run_all(ids, sp, serving.lora))
+        scores = []
+        for out in finals:
+            step = out.outputs[0].logprobs[0]
+            # P(c) / (P(c) + P(i)) = sigmoid(log P(c) - log P(i)); written to stay finite.
+            diff = float(step[c].logprob) - float(step[i].logprob)
+            scores.append(1.0 / (1.0 + math.exp(-diff)) if diff >= 0 else math.exp(diff) / (1.0 + math.exp(diff)))
+        return JudgeOutput(serving.version, scores)
+
+    def _single_token(self, text: str) -> int:
+        ids = self._tokenizer.encode(text, add_special_tokens=False)
+        if len(ids) != 1:
+            raise ValueError(f"verdict {text!r} is {len(ids)} tokens for {self._name}'s tokenizer, not 1")
+        return int(ids[0])
+
+    # --- weights ------------------------------------------------------------------------------
+    async def load_weights(self, version: int, path: str, fmt: WeightFormat, sha256: str) -> float:
+        async with self._swap_lock:
+            if version <= self.weight_version:
+                raise StaleVersionError(f"version {version} is not newer than the serving {self.weight_version}")
+            if self._failed:
+                raise BackendError(self._failed)
+            t0 = time.perf_counter()
+            if fmt == "full":
+                stamp = await asyncio.to_thread(self._verify_full, path, sha256)
+                await self._swap_full(version, path, stamp)
+            elif self._engine.lora_enabled:
+                await asyncio.to_thread(self._verify_lora, path, sha256)
+                await self._swap_lora(version, path)
+            else:
+                merged = await asyncio.to_thread(self._merge_lora, path, sha256)
+                try:
+                    await self._swap_full(version, merged, _states(merged))
+                except BaseException:
+                    shutil.rmtree(merged, ignore_errors=True)
+                    raise
+                old, self._merged_dir = self._merged_dir, merged
+                if old:
+                    shutil.rmtree(old, ignore_errors=True)
+            seconds = time.perf_counter() - t0
+            log.info("%s: swapped to weight version %d (%s) in %.3fs", self._name, version, fmt, seconds)
+            return seconds
+
+    def _verify_full(self, path: str, sha256: str) -> list[tuple[int, int]]:
+        """Checksum, names and shapes of a full update, before the engine is touched."""
+        spec, states = _verify_files(path, sha256)
+        self._check_spec(spec)
+        return states
+
+    def _check_spec(self, spec: TensorSpec) -> None:
+        ref = self._reference
+        tied = {k for k in spec if k.endswith("lm_head.weight")} if self._tie_embeddings else set()
+        unknown = sorted(k for k in spec if k not in ref and k not in tied)
+        if unknown:
+            raise WeightLoadError(f"tensors not in the serving model: {unknown[:5]}")
+        wrong = [f"{k}: {spec[k]} != {ref[k]}" for k in spec if k in ref and spec[k] != ref[k]]
+        if wrong:
+            raise WeightLoadError(f"tensor shape mismatch: {wrong[:5]}")
+        missing = sorted(k for k in ref if k not in spec)
+        if missing:
+            raise WeightLoadError(f"tensors missing from the new weights: {missing[:5]}")
+
+    async def _swap_full(self, version: int, path: str, states: list[tuple[int, int]]) -> None:
+        async with self._drained():
+            try:
+                unchanged = await asyncio.to_thread(_states, path) == states
+            except OSError:
+                unchanged = False
+            if not unchanged:
+                raise WeightLoadError(f"{path!r} changed after it was verified", field="uri")
+            await self._reload(path)
+            self._serving = _Serving(version)
+
+    async def _reload(self, path: str) -> None:
+        """Load a verified directory into the running model, in place; on failure try to put the
+        previous weights back, else mark the backend failed (503) rather than serve half a load."""
+        llm, previous = self._engine.llm, self._engine.weights_path
+        try:
+            await self._engine.run(llm.collective_rpc("reload_weights", kwargs={"weights_path": path}))
+            self._engine.weights_path = path
+        except Exception as err:
+            log.exception("%s: loading %s into vLLM failed; restoring %s", self._name, path, previous)
+            try:
+                await self._engine.run(llm.collective_rpc("reload_weights", kwargs={"weights_path": previous}))
+            except Exception:
+                self._failed = f"weights could not be loaded nor restored: {err}"
+                log.exception("%s: restoring %s failed; backend marked failed", self._name, previous)
+            raise BackendError(f"vLLM could not load {path!r}: {err}") from err
+        finally:
+            # KV blocks cached for the old weights must not be reused by the new ones.
+            await self._engine.run(llm.reset_prefix_cache())
+
+    def _verify_lora(self, path: str, sha256: str) -> None:
+        if not (Path(path) / "adapter_config.json").is_file():
+            raise WeightLoadError(f"{path!r} has no adapter_config.json (format 'lora')", field="uri")
+        _verify_files(path, sha256)
+
+    async def _swap_lora(self, version: int, path: str) -> None:
+        from vllm.lora.request import LoRARequest
+
+        # A new name and id per version: vLLM keys cached prefixes and loaded adapters on them.
+        request = LoRARequest(f"{self._name}-v{version}", version, path)
+        try:
+            await self._engine.run(self._engine.llm.add_lora(request))
+        except Exception as err:  # noqa: BLE001 - vLLM reports an unusable adapter in many ways
+            raise WeightLoadError(f"adapter does not fit the serving model: {err}") from None
+        if self._engine.weights_path != self._model_dir:
+            # Adapters are relative to the initial weights; a full update replaced them.
+            async with self._drained():
+                await self._reload(self._model_dir)
+                self._serving = _Serving(version, request)
+        else:
+            self._serving = _Serving(version, request)  # running requests keep their adapter
+
+    def _merge_lora(self, path: str, sha256: str) -> str:
+        """For architectures vLLM has no LoRA for: merge into the initial weights on the CPU and
+        save as a full-weights directory (verified like any full update)."""
+        import torch
+        from peft import PeftModel
+        from transformers import AutoModelForCausalLM
+
+        self._verify_lora(path, sha256)
+        base = AutoModelForCausalLM.from_pretrained(self._model_dir, dtype=torch.float32)
+        try:
+            merged = PeftModel.from_pretrained(base, path).merge_and_unload()
+        except Exception as err:  # noqa: BLE001 - peft raises many types for a mismatched adapter
+            raise WeightLoadError(f"adapter does not fit the serving model: {err}") from None
+        out = tempfile.mkdtemp(prefix=f"corl-{self._name}-merged-")
+        try:
+            merged.save_pretrained(out)
+            spec: TensorSpec = {}
+            for p in weights_store.safetensors_files(out):
+                spec.update(safetensors_spec(p))
+            self._check_spec(spec)
+        except BaseException:
+            shutil.rmtree(out, ignore_errors=True)
+            raise
+        for extra in os.listdir(out):  # only the tensors matter to reload_weights
+            if not extra.endswith(".safetensors"):
+                os.remove(os.path.join(out, extra))
+        return out

@@ -1,0 +1,154 @@
+"""One vLLM ``AsyncLLM`` on its own event-loop thread, shareable by successive backends.
+
+The engine client runs on a dedicated loop (thread ``corl-vllm``) rather than the server's:
+vLLM's output processing then never competes with HTTP handling on the server loop, and one
+engine (tens of seconds to start) can outlive an app, so tests and benchmarks start it once.
+Callers hand it coroutines with ``run``; cancelling the awaiting side cancels the coroutine on
+the engine loop, which makes vLLM abort the request.
+
+vLLM is imported here only, and only when an engine is built, so the model server imports
+without vLLM installed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import threading
+from collections.abc import Coroutine
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class EngineOptions:
+    """Engine arguments the backend sets; anything else vLLM takes goes in ``extra``."""
+
+    dtype: str = "auto"  # "auto": float32 on CPU (parity with the transformers backend), vLLM's choice on GPU
+    max_model_len: int | None = None  # None: the model config's context length
+    enable_lora: bool | None = None  # None: on where vLLM implements LoRA for the architecture
+    max_lora_rank: int = 16
+    max_loras: int = 2  # the serving adapter and the one it replaces, while the old one drains
+    gpu_memory_utilization: float = 0.5
+    cpu_kv_cache_gib: int = 1  # VLLM_CPU_KVCACHE_SPACE, CPU only
+    seed: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def lora_supported(model_dir: str) -> bool:
+    """Whether vLLM implements LoRA for this model's architecture (GPT-2 and Mamba: no)."""
+    from transformers import AutoConfig
+    from vllm.model_executor.models import ModelRegistry
+    from vllm.model_executor.models.interfaces import supports_lora
+
+    archs = getattr(AutoConfig.from_pretrained(model_dir), "architectures", None) or []
+    for arch in archs:
+        try:
+            cls = ModelRegistry._try_load_model_cls(arch)  # no public lookup without a full ModelConfig
+        except Exception:  # noqa: BLE001 - an unknown architecture simply has no LoRA support
+            cls = None
+        if cls is not None:
+            return bool(supports_lora(cls))
+    return False
+
+
+class VLLMEngine:
+    """Owns the ``AsyncLLM``, its loop thread and which weights directory it holds."""
+
+    def __init__(self, model_dir: str, options: EngineOptions | None = None) -> None:
+        self.model_dir = str(model_dir)
+        self.options = options or EngineOptions()
+        self.weights_path = self.model_dir  # directory of the full weights now in the engine
+        self.lora_enabled = False
+        self.max_model_len: int | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._llm: Any = None
+
+    @property
+    def llm(self) -> Any:
+        if self._llm is None:
+            raise RuntimeError("vLLM engine is not started")
+        return self._llm
+
+    @property
+    def started(self) -> bool:
+        return self._llm is not None
+
+    def start(self) -> None:
+        """Build the engine (blocking: tens of seconds on CPU). Idempotent."""
+        if self._llm is not None:
+            return
+        import torch
+
+        on_gpu = torch.cuda.is_available()
+        if not on_gpu:
+            os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(self.options.cpu_kv_cache_gib))
+        loop = asyncio.new_event_loop()
+        thread = threading.Thread(target=loop.run_forever, name="corl-vllm", daemon=True)
+        thread.start()
+        self._loop, self._thread = loop, thread
+        try:
+            self._llm = asyncio.run_coroutine_threadsafe(self._build(on_gpu), loop).result()
+        except BaseException:
+            self._stop_loop()
+            raise
+        self.max_model_len = int(self._llm.model_config.max_model_len)
+
+    async def _build(self, on_gpu: bool) -> Any:
+        # AsyncLLM binds its client sockets and output handler to the loop that builds it.
+        from vllm.engine.arg_utils import AsyncEngineArgs
+        from vllm.v1.engine.async_llm import AsyncLLM
+
+        o = self.options
+        dtype = o.dtype if o.dtype != "auto" or on_gpu else "float32"
+        lora = lora_supported(self.model_dir) if o.enable_lora is None else o.enable_lora
+        args = AsyncEngineArgs(
+            model=self.model_dir,
+            dtype=dtype,
+            max_model_len=o.max_model_len,
+            seed=o.seed,
+            # The log-prob of each sampled token after temperature / top-p: what sampling drew from.
+            logprobs_mode="processed_logprobs",
+            enable_prefix_caching=True,
+            enable_lora=lora,
+            max_lora_rank=o.max_lora_rank,
+            max_loras=o.max_loras,
+            gpu_memory_utilization=o.gpu_memory_utilization,
+            disable_log_stats=True,
+            **o.extra,
+        )
+        self.lora_enabled = lora
+        log.info("starting vLLM engine for %s (dtype %s, lora %s)", self.model_dir, dtype, lora)
+        return AsyncLLM.from_engine_args(args)
+
+    async def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Await ``coro`` on the engine loop from any other loop."""
+        if self._loop is None:
+            coro.close()
+            raise RuntimeError("vLLM engine is not started")
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, self._loop))
+
+    def shutdown(self) -> None:
+        """Stop the engine processes and the loop thread (blocking, a few seconds). Idempotent."""
+        llm, self._llm = self._llm, None
+        if llm is not None:
+            try:
+                llm.shutdown()
+            except Exception:  # noqa: BLE001 - shutting down; nothing left to protect
+                log.exception("vLLM engine shutdown failed")
+        self._stop_loop()
+
+    def _stop_loop(self) -> None:
+        loop, self._loop = self._loop, None
+        if loop is not None:
+            loop.call_soon_threadsafe(loop.stop)
+            if self._thread is not None:
+                self._thread.join(timeout=10)
+            loop.close()
+        self._thread = None

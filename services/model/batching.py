@@ -1,0 +1,134 @@
+"""Dynamic batching: concurrent generate calls with compatible sampling parameters become one
+backend call.
+
+One worker task takes the oldest waiting request, waits up to ``window_s`` for more (only under
+load: a lone request on a quiet server goes straight through), merges
+every waiting request with the same parameters up to ``max_sequences`` (prompts x n), makes one
+backend call,
+and hands each caller its slice, all tagged with the batch's single weight version. Requests
+that arrive while a batch runs queue up and form the next batch, so a busy server batches more.
+Seeded requests are never merged: their output must not depend on who else was waiting.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+
+from .backends.base import GenerateOutput, SamplingParams
+
+log = logging.getLogger(__name__)
+
+GenerateFn = Callable[[Sequence[str], SamplingParams], Awaitable[GenerateOutput]]
+BatchObserver = Callable[[int, int], None]  # (requests merged, prompts)
+
+
+@dataclass
+class _Pending:
+    prompts: list[str]
+    params: SamplingParams
+    future: asyncio.Future[GenerateOutput] = field(repr=False)
+
+    @property
+    def key(self) -> object:
+        p = self.params
+        if p.seed is not None:
+            return id(self)
+        # Greedy decoding ignores top_p: all greedy requests of one length merge.
+        return (p.n, p.max_tokens, 0.0, 1.0) if p.temperature == 0 else (p.n, p.max_tokens, p.temperature, p.top_p)
+
+    @property
+    def sequences(self) -> int:
+        return len(self.prompts) * self.params.n
+
+
+class GenerateBatcher:
+    def __init__(
+        self, generate: GenerateFn, *, window_s: float, max_sequences: int, observer: BatchObserver | None = None
+    ) -> None:
+        self._generate = generate
+        self._window = window_s
+        self._max = max_sequences
+        self._observer = observer
+        self._queue: asyncio.Queue[_Pending] = asyncio.Queue()
+        self._task: asyncio.Task[None] | None = None
+        self._last_merged = 0
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="corl-batcher")
+
+    async def close(self) -> None:
+        if self._task:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    async def submit(self, prompts: Sequence[str], params: SamplingParams) -> GenerateOutput:
+        fut: asyncio.Future[GenerateOutput] = asyncio.get_running_loop().create_future()
+        self._queue.put_nowait(_Pending(list(prompts), params, fut))
+        return await fut
+
+    async def _run(self) -> None:
+        waiting: list[_Pending] = []
+        while True:
+            if not waiting:
+                waiting.append(await self._queue.get())
+            await self._collect(waiting)
+            batch, waiting = self._take(waiting)
+            if batch:
+                await self._serve(batch)
+
+    async def _collect(self, waiting: list[_Pending]) -> None:
+        """Gather compatible requests for up to the window. A lone caller on a quiet server (the last
+        batch served one request and nothing else waits) does not wait: no latency without load."""
+        while not self._queue.empty():
+            waiting.append(self._queue.get_nowait())
+        if waiting[0].params.seed is not None or (len(waiting) == 1 and self._last_merged <= 1):
+            return
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._window
+        head = waiting[0].key
+        while sum(p.sequences for p in waiting if p.key == head) < self._max:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return
+            try:
+                waiting.append(await asyncio.wait_for(self._queue.get(), remaining))
+            except TimeoutError:
+                return
+
+    def _take(self, waiting: list[_Pending]) -> tuple[list[_Pending], list[_Pending]]:
+        live = [p for p in waiting if not p.future.done()]  # drop callers that timed out or left
+        if not live:
+            return [], []
+        head, batch, rest, seqs = live[0].key, [], [], 0
+        for p in live:
+            if p.key == head and (not batch or seqs + p.sequences <= self._max):
+                batch.append(p)
+                seqs += p.sequences
+            else:
+                rest.append(p)
+        return batch, rest
+
+    async def _serve(self, batch: list[_Pending]) -> None:
+        prompts = [s for p in batch for s in p.prompts]
+        self._last_merged = len(batch)
+        if self._observer:
+            self._observer(len(batch), len(prompts))
+        try:
+            out = await self._generate(prompts, batch[0].params)
+        except Exception as err:  # noqa: BLE001 - every caller of the batch gets the failure
+            log.warning("batch of %d requests failed: %s", len(batch), err)
+            for p in batch:
+                if not p.future.done():
+                    p.future.set_exception(err)
+            return
+        start = 0
+        for p in batch:
+            part = out.outputs[start : start + len(p.prompts)]
+            start += len(p.prompts)
+            if not p.future.done():
+                p.future.set_result(GenerateOutput(out.weight_version, part))

@@ -1,0 +1,105 @@
+"""HTTP routes: thin, each one call into ``ModelServing``."""
+
+from __future__ import annotations
+
+import secrets
+from typing import Annotated, Any
+
+from corl.proto import (
+    ErrorResponse,
+    GenerateRequest,
+    GenerateResponse,
+    GradeRequest,
+    GradeResponse,
+    HealthResponse,
+    InfoResponse,
+    ReadyResponse,
+    WeightUpdateRequest,
+    WeightUpdateResponse,
+)
+from fastapi import APIRouter, Depends, Header, Request, Response
+
+from .errors import UnauthorizedError, UnavailableError
+from .metrics import ServerMetrics
+from .serving import ModelServing
+from .settings import ServerSettings
+
+
+def get_settings(request: Request) -> ServerSettings:
+    return request.app.state.settings  # type: ignore[no-any-return]
+
+
+def get_metrics(request: Request) -> ServerMetrics:
+    return request.app.state.metrics  # type: ignore[no-any-return]
+
+
+def get_serving(request: Request) -> ModelServing:
+    serving = getattr(request.app.state, "serving", None)
+    if serving is None:
+        raise UnavailableError("server is starting")
+    return serving  # type: ignore[no-any-return]
+
+
+def require_admin(
+    settings: Annotated[ServerSettings, Depends(get_settings)],
+    authorization: Annotated[str | None, Header()] = None,
+) -> None:
+    token = settings.admin_token.get_secret_value() if settings.admin_token else ""
+    if not token:
+        raise UnauthorizedError("weight updates are disabled: CORL_ADMIN_TOKEN is not set on this server")
+    scheme, _, given = (authorization or "").partition(" ")
+    if scheme.lower() != "bearer" or not secrets.compare_digest(given.encode(), token.encode()):
+        raise UnauthorizedError("missing or wrong bearer token")
+
+
+Serving = Annotated[ModelServing, Depends(get_serving)]
+Metrics = Annotated[ServerMetrics, Depends(get_metrics)]
+
+
+def _errors(*codes: int) -> dict[int | str, dict[str, Any]]:
+    return {code: {"model": ErrorResponse} for code in codes}
+
+
+router = APIRouter()
+
+
+@router.post("/v1/generate", response_model=GenerateResponse, responses=_errors(413, 422, 503))
+async def generate(body: GenerateRequest, serving: Serving) -> GenerateResponse:
+    return await serving.generate(body)
+
+
+@router.post("/v1/grade", response_model=GradeResponse, responses=_errors(413, 422, 503))
+async def grade(body: GradeRequest, serving: Serving) -> GradeResponse:
+    return await serving.grade(body)
+
+
+@router.post(
+    "/v1/weights",
+    response_model=WeightUpdateResponse,
+    responses=_errors(401, 409, 413, 422, 503),
+    dependencies=[Depends(require_admin)],
+)
+async def update_weights(body: WeightUpdateRequest, serving: Serving) -> WeightUpdateResponse:
+    return await serving.update_weights(body)
+
+
+@router.get("/v1/info", response_model=InfoResponse, responses=_errors(503))
+async def info(serving: Serving) -> InfoResponse:
+    serving.require_ready()
+    return serving.info()
+
+
+@router.get("/healthz", response_model=HealthResponse)
+async def healthz() -> HealthResponse:
+    return HealthResponse()
+
+
+@router.get("/readyz", response_model=ReadyResponse, responses=_errors(503))
+async def readyz(serving: Serving) -> ReadyResponse:
+    serving.require_ready()
+    return ReadyResponse(weight_version=serving.backend.weight_version)
+
+
+@router.get("/metrics", response_class=Response, include_in_schema=True)
+async def metrics(m: Metrics) -> Response:
+    return Response(m.render(), media_type=m.content_type)

@@ -1,0 +1,231 @@
+"""The serving layer: request bounds, dynamic batching, vote and judge grading, weight updates.
+
+Routes call this and nothing else; it calls the backend. Anything every backend should get for
+free lives here (vote grading, bounds, timeouts, metrics), so backends stay small.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Sequence
+from typing import TypeVar
+
+from corl.proto import (
+    GenerateRequest,
+    GenerateResponse,
+    GradeRequest,
+    GradeResponse,
+    InfoResponse,
+    PromptResult,
+    Sample,
+    WeightUpdateRequest,
+    WeightUpdateResponse,
+)
+
+from corl.tasks import Task
+
+from .backends.base import Backend, BackendError, GenerateOutput, SamplingParams
+from .batching import GenerateBatcher
+from .errors import InvalidInputError, StaleVersionError, UnavailableError, WeightLoadError
+from .metrics import ServerMetrics
+from .settings import ServerSettings
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+class ModelServing:
+    def __init__(self, settings: ServerSettings, backend: Backend, task: Task, metrics: ServerMetrics) -> None:
+        self.settings = settings
+        self.backend = backend
+        self.task = task
+        self.metrics = metrics
+        self._ready = asyncio.Event()
+        self._swap_lock = asyncio.Lock()
+        self._batcher: GenerateBatcher | None = None
+        self.start_error: BaseException | None = None
+
+    # --- lifecycle ----------------------------------------------------------------------------
+    @property
+    def ready(self) -> bool:
+        return self._ready.is_set()
+
+    async def start(self) -> None:
+        try:
+            await self.backend.start()
+        except Exception as err:
+            self.start_error = err
+            log.exception("backend failed to start")
+            raise
+        if self.backend.wants_batching:
+            b = self.settings.batch
+            self._batcher = GenerateBatcher(
+                self.backend.generate,
+                window_s=b.window_ms / 1000,
+                max_sequences=b.max_sequences,
+                observer=self._observe_batch,
+            )
+            self._batcher.start()
+        self.metrics.weight_version.set(self.backend.weight_version)
+        self.metrics.ready.set(1)
+        self._ready.set()
+
+    async def wait_ready(self, timeout: float) -> None:
+        await asyncio.wait_for(self._ready.wait(), timeout)
+
+    async def close(self) -> None:
+        if self._batcher:
+            await self._batcher.close()
+        await self.backend.close()
+
+    def _observe_batch(self, requests: int, prompts: int) -> None:
+        self.metrics.batch_requests.observe(requests)
+        self.metrics.batch_size.observe(prompts)
+
+    def require_ready(self) -> None:
+        if not self.ready:
+            raise UnavailableError(
+                "model is not loaded yet" if self.start_error is None else f"backend failed: {self.start_error}"
+            )
+
+    async def _bounded(self, work: Awaitable[T], timeout: float, what: str) -> T:
+        try:
+            return await asyncio.wait_for(work, timeout)
+        except TimeoutError:
+            raise UnavailableError(f"{what} took longer than {timeout:.0f}s") from None
+        except BackendError:
+            raise
+        except (InvalidInputError, WeightLoadError, StaleVersionError):
+            raise
+        except Exception as err:  # noqa: BLE001 - an engine failure is the server's, not the caller's
+            log.exception("backend %s failed", what)
+            raise BackendError(f"{what} failed: {type(err).__name__}: {err}") from err
+
+    async def _generate(self, prompts: Sequence[str], params: SamplingParams) -> GenerateOutput:
+        call = self._batcher.submit(prompts, params) if self._batcher else self.backend.generate(prompts, params)
+        out = await self._bounded(call, self.settings.request_timeout_s, "generate")
+        self.metrics.generated_tokens.inc(sum(len(c.token_ids) for o in out.outputs for c in o.completions))
+        return out
+
+    # --- bounds -------------------------------------------------------------------------------
+    def _check_count(self, count: int, field: str) -> None:
+        if count > self.settings.max_prompts:
+            raise InvalidInputError(
+                field, f"{field}: {count} entries, this server allows at most {self.settings.max_prompts}"
+            )
+
+    def _check_n(self, n: int, field: str) -> None:
+        if n > self.settings.max_n:
+            raise InvalidInputError(field, f"{field}={n} exceeds this server's bound {self.settings.max_n}")
+
+    def _check_length(self, prompts: Sequence[str], max_tokens: int, field: str) -> None:
+        i = self.backend.too_long(prompts, max_tokens)
+        if i is not None:
+            raise InvalidInputError(
+                f"{field}.{i}", f"{field}[{i}] plus {max_tokens} new tokens exceeds the model's context"
+            )
+
+    # --- endpoints ----------------------------------------------------------------------------
+    async def generate(self, req: GenerateRequest) -> GenerateResponse:
+        self._check_count(len(req.prompts), "prompts")
+        self._check_n(req.n, "n")
+        if req.max_tokens > self.settings.max_tokens:
+            raise InvalidInputError(
+                "max_tokens", f"max_tokens={req.max_tokens} exceeds this server's bound {self.settings.max_tokens}"
+            )
+        self.require_ready()
+        self._check_length(req.prompts, req.max_tokens, "prompts")
+        params = SamplingParams(
+            n=req.n, max_tokens=req.max_tokens, temperature=req.temperature, top_p=req.top_p, seed=req.seed
+        )
+        out = await self._generate(req.prompts, params)
+        results = [
+            PromptResult(
+                prompt=prompt,
+                prompt_token_ids=o.prompt_token_ids,
+                samples=[
+                    Sample(text=c.text, token_ids=c.token_ids, logprobs=c.logprobs, finish_reason=c.finish_reason)
+                    for c in o.completions
+                ],
+            )
+            for prompt, o in zip(req.prompts, out.outputs, strict=True)
+        ]
+        return GenerateResponse(model=self.backend.name, weight_version=out.weight_version, results=results)
+
+    async def grade(self, req: GradeRequest) -> GradeResponse:
+        self._check_count(len(req.items), "items")
+        self._check_n(req.n_votes, "n_votes")
+        self.require_ready()
+        if req.mode == "vote":
+            version, scores = await self._vote(req)
+        else:
+            version, scores = await self._judge(req)
+        return GradeResponse(model=self.backend.name, weight_version=version, scores=scores)
+
+    async def _vote(self, req: GradeRequest) -> tuple[int, list[float]]:
+        """Score = fraction of the server's own ``n_votes`` answers that agree with the response's."""
+        prompts = list(dict.fromkeys(item.prompt for item in req.items))  # each prompt sampled once
+        self._check_length(prompts, self.settings.vote_max_tokens, "items")
+        params = SamplingParams(
+            n=req.n_votes, max_tokens=self.settings.vote_max_tokens, temperature=self.settings.vote_temperature
+        )
+        out = await self._generate(prompts, params)
+        votes = {
+            p: [self.task.extract_answer(c.text) for c in o.completions]
+            for p, o in zip(prompts, out.outputs, strict=True)
+        }
+        scores = []
+        for item in req.items:
+            answer = self.task.extract_answer(item.response)
+            own = votes[item.prompt]
+            scores.append(0.0 if answer is None else sum(v == answer for v in own) / len(own))
+        return out.weight_version, scores
+
+    async def _judge(self, req: GradeRequest) -> tuple[int, list[float]]:
+        texts = [self.task.judge_prompt(item.prompt, item.response) for item in req.items]
+        self._check_length(texts, 1, "items")
+        correct, incorrect = self.task.verdict_tokens
+        out = await self._bounded(
+            self.backend.judge(texts, correct, incorrect), self.settings.request_timeout_s, "judge"
+        )
+        return out.weight_version, [min(1.0, max(0.0, s)) for s in out.scores]
+
+    async def update_weights(self, req: WeightUpdateRequest) -> WeightUpdateResponse:
+        self.require_ready()
+        async with self._swap_lock:
+            previous = self.backend.weight_version
+            if req.version <= previous:
+                self.metrics.weight_updates.labels("conflict").inc()
+                raise StaleVersionError(f"version {req.version} is not newer than the serving version {previous}")
+            try:
+                seconds = await self._bounded(
+                    self.backend.load_weights(req.version, req.uri, req.format, req.sha256),
+                    self.settings.swap_timeout_s,
+                    "weight load",
+                )
+            except StaleVersionError:
+                self.metrics.weight_updates.labels("conflict").inc()
+                raise
+            except WeightLoadError:
+                self.metrics.weight_updates.labels("invalid").inc()
+                raise
+            except Exception:
+                self.metrics.weight_updates.labels("error").inc()
+                raise
+        self.metrics.weight_updates.labels("ok").inc()
+        self.metrics.weight_version.set(req.version)
+        self.metrics.last_swap_duration.set(seconds)
+        log.info("weights %d -> %d in %.3fs", previous, req.version, seconds)
+        return WeightUpdateResponse(weight_version=req.version, previous_version=previous, swap_seconds=seconds)
+
+    def info(self) -> InfoResponse:
+        b = self.backend
+        return InfoResponse(
+            name=b.name,
+            family=b.family,
+            parameters=b.parameters,
+            weight_version=b.weight_version,
+            backend=b.kind,
+            task=self.task.name,
+        )

@@ -1,0 +1,48 @@
+"""Model server settings: environment (prefix ``CORL_``), overridden by CLI flags."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class BatchingSettings(BaseModel):
+    """Dynamic batching of concurrent generate calls (``CORL_BATCH__WINDOW_MS`` etc.)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    window_ms: float = Field(default=5.0, ge=0.0, description="Under load, wait this long for more requests to merge.")
+    max_sequences: int = Field(default=1024, ge=1, description="Cap on prompts x n in one backend call.")
+
+
+class ServerSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="CORL_", env_nested_delimiter="__", extra="ignore")
+
+    model_dir: str | None = Field(default=None, description="save_pretrained directory of the member.")
+    name: str | None = Field(default=None, description="Member name; default: the directory's name.")
+    backend: Literal["transformers", "vllm"] = "transformers"
+    host: str = "127.0.0.1"
+    port: int = Field(default=8000, ge=0, le=65535)
+    admin_token: SecretStr | None = Field(default=None, description="Bearer token for POST /v1/weights.")
+    task: str = Field(default="addition", description="Task whose answer extraction vote grading uses.")
+    initial_weight_version: int = Field(default=0, ge=0)
+    device: str = "auto"
+    num_threads: int | None = Field(default=None, ge=1, description="torch intra-op threads (transformers).")
+
+    max_prompts: int = Field(default=256, ge=1, description="Prompts per generate call / items per grade call.")
+    max_n: int = Field(default=64, ge=1, description="Bound on n and n_votes.")
+    max_tokens: int = Field(default=256, ge=1)
+    max_body_bytes: int = Field(default=1 << 20, ge=1)
+    vote_max_tokens: int = Field(default=8, ge=1, description="Tokens per vote sample in vote grading.")
+    vote_temperature: float = Field(default=1.0, gt=0.0)
+    request_timeout_s: float = Field(default=120.0, gt=0.0, description="Backend time limit per request (503).")
+    swap_timeout_s: float = Field(default=600.0, gt=0.0)
+    batch: BatchingSettings = BatchingSettings()
+
+    @property
+    def member_name(self) -> str:
+        if self.name:
+            return self.name
+        return self.model_dir.rstrip("/").rsplit("/", 1)[-1] if self.model_dir else "model"

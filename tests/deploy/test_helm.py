@@ -1,0 +1,384 @@
+"""helm/corl: lint, strict schema validation of every rendered manifest, and the rendered objects
+a user depends on (one server set and one trainer per member, GPUs, URLs, probes, config)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+import yaml
+
+from corl.config import load_config, parse_config
+
+from .conftest import Render
+from .support import CHART, venv_tool
+
+K8S_VERSIONS = ["1.27.0", "1.37.0"]  # the chart's kubeVersion floor, and the newest schemas shipped
+
+# A cohort unlike the default: 3 members, one frozen, one on vLLM with 2 GPU replicas, external Redis.
+CUSTOM: dict[str, Any] = {
+    "runId": "exp-7",
+    "redis": {"enabled": False, "externalUrl": "redis://redis.infra.svc:6380/2"},
+    "cohortInit": {"enabled": False},
+    "storage": {"existingClaim": "shared-weights"},
+    "auth": {"existingSecret": "corl-tokens", "adminTokenKey": "token"},
+    "metrics": {"serviceMonitor": {"enabled": True, "labels": {"release": "kube-prometheus-stack"}}},
+    "aggregator": {
+        "ingress": {"enabled": True, "className": "nginx", "host": "corl.test", "tlsSecretName": "corl-tls"}
+    },
+    "members": [
+        {
+            "name": "big",
+            "model": "/data/models/qwen2-7b",
+            "backend": "vllm",
+            "replicas": 2,
+            "resources": {"limits": {"nvidia.com/gpu": 1, "memory": "40Gi"}},
+            "nodeSelector": {"nvidia.com/gpu.product": "H100"},
+            "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+            "trainer": {"resources": {"limits": {"nvidia.com/gpu": 2}}},
+        },
+        {"name": "judge", "model": "/data/models/llama", "role": "frozen"},
+        {"name": "small", "model": "/data/models/gpt2", "env": {"CORL_MAX_TOKENS": 64}},
+    ],
+    "cohort": {
+        "rounds": {"prompts_per_round": 8, "samples_per_prompt": 4, "min_quorum": 2},
+        "reward": {"mode": "peer_agreement"},
+        "training": {"loss_type": "dr_grpo"},
+    },
+}
+CASES = {"default": None, "custom": CUSTOM}
+
+
+def of(objs: list[dict[str, Any]], kind: str, component: str | None = None) -> list[dict[str, Any]]:
+    return [
+        o
+        for o in objs
+        if o["kind"] == kind
+        and (component is None or o["metadata"]["labels"].get("app.kubernetes.io/component") == component)
+    ]
+
+
+def members_of(values: dict[str, Any] | None) -> list[dict[str, Any]]:
+    return (values or yaml.safe_load((CHART / "values.yaml").read_text()))["members"]
+
+
+def cohort_config(objs: list[dict[str, Any]]) -> Any:
+    (cm,) = of(objs, "ConfigMap", "config")
+    return parse_config(yaml.safe_load(cm["data"]["cohort.yaml"]))
+
+
+def containers(obj: dict[str, Any]) -> list[dict[str, Any]]:
+    return obj["spec"]["template"]["spec"]["containers"]
+
+
+def env_of(container: dict[str, Any]) -> dict[str, Any]:
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in container.get("env", [])}
+
+
+def arg(container: dict[str, Any], flag: str) -> str:
+    args = [str(a) for a in container["args"]]
+    return args[args.index(flag) + 1]
+
+
+# --- lint and schema validation -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_helm_lint_strict(helm: str, case: str, tmp_path: Path) -> None:
+    args = [helm, "lint", "--strict", str(CHART)]
+    if CASES[case] is not None:
+        (tmp_path / "v.yaml").write_text(yaml.safe_dump(CASES[case]))
+        args += ["--values", str(tmp_path / "v.yaml")]
+    out = subprocess.run(args, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("k8s", K8S_VERSIONS)
+def test_every_manifest_passes_strict_kubernetes_validation(
+    render: Render, case: str, k8s: str, tmp_path: Path
+) -> None:
+    objs = render(CASES[case])
+    core = [o for o in objs if o["apiVersion"] != "monitoring.coreos.com/v1"]
+    path = tmp_path / "manifests.yaml"
+    path.write_text(yaml.safe_dump_all(core))
+    out = subprocess.run(
+        [venv_tool("kubernetes-validate"), "--strict", "--quiet", "-k", k8s, str(path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    schema = json.loads((Path(__file__).parent / "servicemonitor.schema.json").read_text())
+    for sm in (o for o in objs if o["kind"] == "ServiceMonitor"):
+        jsonschema.validate(sm, schema)
+
+
+def test_strict_validation_rejects_an_unknown_field(render: Render, tmp_path: Path) -> None:
+    """The check above would catch a misspelt field (guards against a validator that passes anything)."""
+    (sts, *_) = of(render(None), "StatefulSet", "model")
+    containers(sts)[0]["livenessProbes"] = containers(sts)[0].pop("livenessProbe")
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(sts))
+    out = subprocess.run(
+        [venv_tool("kubernetes-validate"), "--strict", "--quiet", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode != 0 and "livenessProbes" in out.stdout + out.stderr
+
+
+def test_values_schema_rejects_unknown_and_bad_values(helm: str, tmp_path: Path) -> None:
+    bad: dict[str, Any]
+    for bad in (
+        {"membrs": []},
+        {"members": [{"name": "Bad_Name", "model": "/m"}, {"name": "b", "model": "/m"}]},
+        {"members": [{"name": "a", "model": "/m", "backend": "tgi"}, {"name": "b", "model": "/m"}]},
+    ):
+        (tmp_path / "v.yaml").write_text(yaml.safe_dump(bad))
+        out = subprocess.run(
+            [helm, "template", "t", str(CHART), "--values", str(tmp_path / "v.yaml")],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert out.returncode != 0 and "schema" in out.stderr, bad
+
+
+def test_every_value_is_documented() -> None:
+    """Every key that values.schema.json declares has a comment right above it in values.yaml;
+    keys inside free-form maps (resources, env, cohort sections) are data, and each field of a
+    member is described in the comment above `members:`."""
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    lines = (CHART / "values.yaml").read_text().splitlines()
+    stack: list[tuple[int, str]] = []
+    undocumented = []
+    for i, line in enumerate(lines):
+        stripped = line.strip()
+        if not stripped or stripped.startswith(("#", "-")) or ":" not in stripped:
+            continue
+        indent = len(line) - len(line.lstrip())
+        while stack and stack[-1][0] >= indent:
+            stack.pop()
+        key = stripped.split(":", 1)[0]
+        path = [k for _, k in stack] + [key]
+        stack.append((indent, key))
+        node: dict[str, Any] | None = schema
+        for part in path[:-1]:
+            node = (node or {}).get("properties", {}).get(part)
+        if not node or node.get("additionalProperties") is not False or path[0] == "members" and len(path) > 1:
+            continue
+        if "resources" in path[:-1]:
+            continue  # requests/limits: Kubernetes' own fields
+        section = stripped.split(":", 1)[1].strip() == "" and "properties" in node.get("properties", {}).get(key, {})
+        if section:
+            continue  # documented key by key below
+        if not lines[i - 1].strip().startswith("#"):
+            undocumented.append(f"{i + 1}: {'.'.join(path)}")
+    assert not undocumented, "values without a comment:\n" + "\n".join(undocumented)
+    members_doc = "\n".join(lines[: next(i for i, ln in enumerate(lines) if ln.startswith("members:"))])
+    for field in schema["properties"]["members"]["items"]["properties"]:
+        assert f"#   {field}" in members_doc or f" {field} " in members_doc, f"member field {field} undocumented"
+
+
+# --- rendered objects -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_one_server_statefulset_and_service_per_member_and_one_trainer_per_trained_member(
+    render: Render, case: str
+) -> None:
+    objs, members = render(CASES[case]), members_of(CASES[case])
+    servers = {s["metadata"]["labels"]["corl.dev/member"]: s for s in of(objs, "StatefulSet", "model")}
+    assert sorted(servers) == sorted(m["name"] for m in members)
+    for m in members:
+        assert servers[m["name"]]["spec"]["replicas"] == m.get("replicas", 1)
+    services = {s["metadata"]["labels"]["corl.dev/member"] for s in of(objs, "Service", "model")}
+    assert services == set(servers)
+    trainers = of(objs, "Deployment", "trainer")
+    trained = sorted(m["name"] for m in members if m.get("role", "trained") == "trained")
+    assert sorted(t["metadata"]["labels"]["corl.dev/member"] for t in trainers) == trained
+    assert all(t["spec"]["replicas"] == 1 and t["spec"]["strategy"]["type"] == "Recreate" for t in trainers)
+    pdbs = {p["metadata"]["labels"]["corl.dev/member"] for p in of(objs, "PodDisruptionBudget", "model")}
+    assert pdbs == set(servers)
+    assert len(of(objs, "Deployment", "aggregator")) == 1 and len(of(objs, "Service", "aggregator")) == 1
+
+
+def test_gpu_requests_images_and_scheduling_follow_the_member(render: Render) -> None:
+    objs = render(CUSTOM)
+    servers = {s["metadata"]["labels"]["corl.dev/member"]: s for s in of(objs, "StatefulSet", "model")}
+    big = servers["big"]["spec"]["template"]["spec"]
+    (c,) = big["containers"]
+    assert c["resources"]["limits"]["nvidia.com/gpu"] == 1
+    assert c["image"].endswith("-gpu") and arg(c, "--backend") == "vllm"
+    assert big["nodeSelector"] == {"nvidia.com/gpu.product": "H100"}
+    assert big["tolerations"][0]["key"] == "nvidia.com/gpu"
+    for name in ("judge", "small"):
+        (c,) = containers(servers[name])
+        assert "nvidia.com/gpu" not in (c.get("resources") or {}).get("limits", {})
+        assert c["image"].endswith("-cpu") and arg(c, "--backend") == "transformers"
+    trainers = {t["metadata"]["labels"]["corl.dev/member"]: t for t in of(objs, "Deployment", "trainer")}
+    assert containers(trainers["big"])[0]["resources"]["limits"]["nvidia.com/gpu"] == 2
+    assert containers(trainers["big"])[0]["image"].endswith("-gpu"), "a GPU trainer needs CUDA torch"
+    assert containers(trainers["small"])[0]["image"].endswith("-cpu")
+    assert env_of(containers(servers["small"])[0])["CORL_MAX_TOKENS"] == "64"
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_containers_point_at_the_right_redis_servers_config_and_secret(render: Render, case: str) -> None:
+    values = CASES[case]
+    objs = render(values)
+    cfg = cohort_config(objs)
+    if case == "custom":
+        assert cfg.redis_url == CUSTOM["redis"]["externalUrl"] and not of(objs, "StatefulSet", "redis")
+    else:
+        (redis_svc,) = of(objs, "Service", "redis")
+        port = redis_svc["spec"]["ports"][0]["port"]
+        assert cfg.redis_url == f"redis://{redis_svc['metadata']['name']}:{port}/0"
+        (redis,) = of(objs, "StatefulSet", "redis")
+        args = containers(redis)[0]["args"]
+        assert args[args.index("--appendonly") + 1] == "yes"
+        assert redis["spec"]["volumeClaimTemplates"]
+
+    # Every server URL in the config is a replica's DNS name under that member's headless Service.
+    services = {s["metadata"]["name"]: s for s in of(objs, "Service", "model")}
+    servers = {s["metadata"]["labels"]["corl.dev/member"]: s for s in of(objs, "StatefulSet", "model")}
+    for m in cfg.members:
+        sts = servers[m.name]
+        svc = services[sts["spec"]["serviceName"]]
+        assert svc["spec"]["clusterIP"] == "None"
+        port = svc["spec"]["ports"][0]["port"]
+        assert m.servers == [
+            f"http://{sts['metadata']['name']}-{i}.{svc['metadata']['name']}:{port}"
+            for i in range(sts["spec"]["replicas"])
+        ]
+        (c,) = containers(sts)
+        assert arg(c, "--name") == m.name and arg(c, "--model") == m.model
+        assert int(arg(c, "--port")) == c["ports"][0]["containerPort"] == port
+        assert arg(c, "--host") == "0.0.0.0"
+        assert env_of(c)["CORL_TASK"] == cfg.task
+
+    secret = (values or {}).get("auth", {}).get("existingSecret") or of(objs, "Secret", "auth")[0]["metadata"]["name"]
+    key = (values or {}).get("auth", {}).get("adminTokenKey", "admin-token")
+    configmap = of(objs, "ConfigMap", "config")[0]["metadata"]["name"]
+    for kind, component in (("StatefulSet", "model"), ("Deployment", "trainer"), ("Deployment", "aggregator")):
+        for obj in of(objs, kind, component):
+            (c,) = containers(obj)
+            assert env_of(c)["CORL_ADMIN_TOKEN"] == {"secretKeyRef": {"name": secret, "key": key}}
+            if component != "model":
+                assert arg(c, "--config") == "/etc/corl/cohort.yaml"
+                mounts = {m["name"]: m["mountPath"] for m in c["volumeMounts"]}
+                vols = {v["name"]: v for v in obj["spec"]["template"]["spec"]["volumes"]}
+                assert mounts["cohort-config"] == "/etc/corl"
+                assert vols["cohort-config"]["configMap"]["name"] == configmap
+    for t in of(objs, "Deployment", "trainer"):
+        assert cfg.member(arg(containers(t)[0], "--member")).role == "trained"
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_probes(render: Render, case: str) -> None:
+    objs = render(CASES[case])
+    for obj in of(objs, "StatefulSet", "model") + of(objs, "Deployment", "aggregator"):
+        (c,) = containers(obj)
+        assert c["livenessProbe"]["httpGet"]["path"] == "/healthz"
+        assert c["readinessProbe"]["httpGet"]["path"] == "/readyz"
+        assert c["livenessProbe"]["httpGet"]["port"] in ("http", c["ports"][0]["containerPort"])
+    for obj in of(objs, "Deployment", "trainer"):
+        (c,) = containers(obj)
+        assert c["livenessProbe"]["httpGet"] == {"path": "/metrics", "port": "metrics"}
+        assert "startupProbe" in c
+    for obj in of(objs, "StatefulSet", "redis"):
+        (c,) = containers(obj)
+        assert "redis-cli" in c["livenessProbe"]["exec"]["command"]
+
+
+def test_configmap_loads_with_the_services_config_loader(render: Render, tmp_path: Path) -> None:
+    for case, values in CASES.items():
+        (cm,) = of(render(values), "ConfigMap", "config")
+        path = tmp_path / f"{case}.yaml"
+        path.write_text(cm["data"]["cohort.yaml"])
+        cfg = load_config(path)
+        names = [m["name"] for m in members_of(values)]
+        assert [m.name for m in cfg.members] == names
+        if case == "custom":
+            assert cfg.run_id == "exp-7" and cfg.reward.mode == "peer_agreement"
+            assert cfg.training.loss_type == "dr_grpo" and cfg.rounds.samples_per_prompt == 4
+            assert cfg.member("judge").role == "frozen" and cfg.member("big").backend == "vllm"
+            assert len(cfg.member("big").servers) == 2
+
+
+def test_configmap_passes_unknown_cohort_fields_to_the_loader_which_rejects_them(render: Render) -> None:
+    values = json.loads(json.dumps(CUSTOM))
+    values["cohort"]["rounds"]["prompts_per_rnd"] = 4
+    with pytest.raises(ValueError, match="prompts_per_rnd"):
+        cohort_config(render(values))
+
+
+def test_pod_restarts_on_config_change(render: Render) -> None:
+    a = of(render(None), "Deployment", "aggregator")[0]
+    b = of(render(CUSTOM), "Deployment", "aggregator")[0]
+    key = "checksum/config"
+    assert (
+        a["spec"]["template"]["metadata"]["annotations"][key] != b["spec"]["template"]["metadata"]["annotations"][key]
+    )
+
+
+def test_storage_secret_and_init(render: Render) -> None:
+    default = render(None)
+    (pvc,) = of(default, "PersistentVolumeClaim", "storage")
+    assert pvc["spec"]["accessModes"] == ["ReadWriteMany"]
+    (secret,) = of(default, "Secret", "auth")
+    assert len(secret["data"]["admin-token"]) > 20
+    (job,) = of(default, "Job", "cohort-init")
+    assert "corl cohort init --preset tiny" in containers(job)[0]["args"][0]
+    for sts in of(default, "StatefulSet", "model"):
+        init = sts["spec"]["template"]["spec"]["initContainers"]
+        assert "cohort.json" in init[0]["args"][0]
+    custom = render(CUSTOM)
+    assert not of(custom, "PersistentVolumeClaim") and not of(custom, "Secret") and not of(custom, "Job")
+    for sts in of(custom, "StatefulSet", "model"):
+        spec = sts["spec"]["template"]["spec"]
+        assert "initContainers" not in spec
+        assert {v["name"]: v for v in spec["volumes"]}["data"]["persistentVolumeClaim"]["claimName"] == "shared-weights"
+
+
+def test_monitoring_objects(render: Render) -> None:
+    default = render(None)
+    assert not of(default, "ServiceMonitor")
+    (dash,) = of(default, "ConfigMap", "dashboard")
+    assert dash["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert json.loads(dash["data"]["corl.json"])["uid"] == "corl-cohort"
+    custom = render(CUSTOM)
+    monitors = {m["metadata"]["labels"]["app.kubernetes.io/component"]: m for m in of(custom, "ServiceMonitor")}
+    assert set(monitors) == {"model", "trainer", "aggregator"}
+    for component, sm in monitors.items():
+        assert sm["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+        selected = [
+            s
+            for s in of(custom, "Service", component)
+            if all(s["metadata"]["labels"].get(k) == v for k, v in sm["spec"]["selector"]["matchLabels"].items())
+        ]
+        assert selected, f"{component} ServiceMonitor selects no Service"
+        port = sm["spec"]["endpoints"][0]["port"]
+        assert all(port in [p["name"] for p in s["spec"]["ports"]] for s in selected)
+    (ing,) = of(custom, "Ingress")
+    assert ing["spec"]["rules"][0]["host"] == "corl.test" and ing["spec"]["tls"][0]["secretName"] == "corl-tls"
+
+
+def test_install_notes_render(helm: str, tmp_path: Path) -> None:
+    (tmp_path / "v.yaml").write_text(yaml.safe_dump(CUSTOM))
+    out = subprocess.run(
+        [helm, "install", "t", str(CHART), "-n", "corl", "--dry-run=client", "--values", str(tmp_path / "v.yaml")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    notes = out.stdout.split("NOTES:", 1)[1]
+    assert "big: 2 x vllm server(s) + trainer" in notes and "judge: 1 x transformers server(s) (frozen)" in notes
+    assert "https://corl.test/" in notes

@@ -1,0 +1,106 @@
+"""Real processes on loopback: a Redis, two `corl serve model` members of the tiny cohort, and the
+aggregator's own CLI; three rounds must leave well-formed graded batches in each member's stream."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import redis
+import yaml
+from corl.proto import GradedBatch, RunStats
+from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_fixed
+
+from corl import redis_keys as keys
+from corl.redis_server import free_port
+
+pytestmark = pytest.mark.slow
+ENV = {**os.environ, "CORL_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "CORL_LOG_LEVEL": "WARNING"}
+
+
+def wait_ready(url: str, proc: subprocess.Popen[bytes], timeout_s: float = 180) -> None:
+    for attempt in Retrying(stop=stop_after_delay(timeout_s), wait=wait_fixed(0.2), reraise=True,
+                            retry=retry_if_exception_type((httpx.TransportError, AssertionError))):
+        with attempt:
+            if proc.poll() is not None:
+                raise RuntimeError(f"process exited with {proc.returncode}")
+            assert httpx.get(f"{url}/readyz", timeout=5).status_code == 200
+
+
+def start(args: list[str], log: Path) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(args, env=ENV, stdout=log.open("wb"), stderr=subprocess.STDOUT)
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    proc.terminate()
+    try:
+        proc.wait(30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.fixture
+def members(tiny_model_dir: Path, tmp_path: Path) -> Iterator[dict[str, str]]:
+    urls, procs = {}, []
+    try:
+        for name in ("alpha", "beta"):
+            port = free_port()
+            procs.append(start([sys.executable, "-m", "corl", "serve", "model", "--model", str(tiny_model_dir),
+                                "--name", name, "--port", str(port)], tmp_path / f"{name}.log"))
+            urls[name] = f"http://127.0.0.1:{port}"
+        for proc, url in zip(procs, urls.values(), strict=True):
+            wait_ready(url, proc)
+        yield urls
+    finally:
+        for proc in procs:
+            stop(proc)
+
+
+def test_three_rounds_with_real_model_servers(members: dict[str, str], redis_url: str, tmp_path: Path,
+                                              tiny_model_dir: Path) -> None:
+    run = "integ-cohort"
+    config = tmp_path / "cohort.yaml"
+    config.write_text(yaml.safe_dump({
+        "run_id": run, "redis_url": redis_url,
+        "members": [{"name": n, "model": str(tiny_model_dir), "servers": [u]} for n, u in members.items()],
+        "rounds": {"prompts_per_round": 2, "samples_per_prompt": 4, "max_tokens": 4, "max_rounds": 3,
+                   "max_pending_batches": 10, "request_timeout_s": 60},
+        "reward": {"mode": "peer_label"},
+    }))
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    cli = "import typer; from corl.cli.serve_aggregator import aggregator; typer.run(aggregator)"
+    proc = start([sys.executable, "-c", cli, "--config", str(config), "--port", str(port)], tmp_path / "agg.log")
+    try:
+        wait_ready(url, proc, 60)
+        for attempt in Retrying(stop=stop_after_delay(240), wait=wait_fixed(0.5), reraise=True,
+                                retry=retry_if_exception_type(AssertionError)):
+            with attempt:
+                assert proc.poll() is None, (tmp_path / "agg.log").read_text()
+                stats = RunStats.model_validate_json(httpx.get(f"{url}/v1/runs/{run}/stats", timeout=10).content)
+                assert stats.next_round == 3
+        metrics = httpx.get(f"{url}/metrics", timeout=10).text
+    finally:
+        stop(proc)
+    assert [r.round for r in stats.rounds] == [0, 1, 2] and all(r.missing == [] for r in stats.rounds)
+    assert 'corl_aggregator_batches_total{member="alpha"} 3.0' in metrics
+    r: Any = redis.Redis.from_url(redis_url)
+    for name in members:
+        entries = r.xrange(keys.batches_stream(run, name))
+        batches = [GradedBatch.model_validate_json(fields[b"batch"]) for _, fields in entries]
+        assert [b.round for b in batches] == [0, 1, 2] and {b.member for b in batches} == {name}
+        for b in batches:
+            assert len(b.samples) == 2 * 4 and b.batch_id == f"{run}-r{b.round:07d}-{name}"
+            for s in b.samples:
+                assert s.weight_version == 0 and 1 <= len(s.response_token_ids) <= 4
+                assert len(s.logprobs) == len(s.response_token_ids) and all(lp <= 0 for lp in s.logprobs)
+                assert s.prompt_token_ids and 0.0 <= s.reward <= 1.0
+        groups = r.xinfo_groups(keys.batches_stream(run, name))
+        assert [g["name"] for g in groups] == [keys.TRAINER_GROUP.encode()]

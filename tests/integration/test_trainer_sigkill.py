@@ -1,0 +1,102 @@
+"""Acceptance: `corl train` killed with SIGKILL mid-run and restarted loses no batch, applies none
+twice, and never reuses a weight version."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import redis
+from corl.trainer.checkpoint import Checkpointer
+from test_trainer_helpers import applied_ids, make_batches, make_config, xadd
+
+from corl import redis_keys
+from corl.config import dump_config
+
+N_BATCHES = 12
+
+
+def _start(config: Path, *extra: str) -> subprocess.Popen[bytes]:
+    env = {
+        **os.environ,
+        "CORL_TRAINER_CONSUMER": "c1",
+        "CORL_TRAINER_BLOCK_MS": "100",
+        "CORL_TRAINER_THREADS": "1",
+        "OMP_NUM_THREADS": "1",
+        "CORL_LOG_LEVEL": "INFO",
+    }
+    log = open(config.parent / "trainer.log", "ab")  # noqa: SIM115 - the child owns it
+    return subprocess.Popen(
+        [sys.executable, "-m", "corl", "train", "--config", str(config), "--member", "a", *extra],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+
+
+def _published(client: redis.Redis, run_id: str) -> int:
+    v = client.hget(redis_keys.trainer_state(run_id, "a"), "published_version")
+    return int(v) if v else 0
+
+
+def _check_applied_or_pending(client: redis.Redis, run_id: str, produced: dict[str, str]) -> tuple[set, set]:
+    """Every produced entry is acknowledged with its batch recorded as applied, or not acknowledged."""
+    stream = redis_keys.batches_stream(run_id, "a")
+    pel = {e["message_id"].decode() for e in client.xpending_range(stream, redis_keys.TRAINER_GROUP, "-", "+", 1000)}
+    group = next(g for g in client.xinfo_groups(stream) if g["name"] == redis_keys.TRAINER_GROUP.encode())
+    last = group["last-delivered-id"].decode()
+
+    def key(eid: str) -> tuple[int, int]:
+        a, b = eid.split("-")
+        return int(a), int(b)
+
+    applied = applied_ids(client, run_id)
+    unacked = {eid for eid in produced if eid in pel or key(eid) > key(last)}
+    acked = set(produced) - unacked
+    assert {produced[e] for e in acked} == applied & set(produced.values()), "an acknowledged batch is not applied"
+    assert applied <= set(produced.values())
+    return acked, unacked
+
+
+def test_sigkill_mid_run_then_restart(tmp_path: Path, tiny_model_dir: Path, redis_url: str) -> None:
+    run_id = "k" + uuid.uuid4().hex[:10]
+    client = redis.Redis.from_url(redis_url)
+    cfg = make_config(tmp_path, tiny_model_dir, redis_url, run_id, checkpoint_every=3)
+    config = tmp_path / "cohort.yaml"
+    dump_config(cfg, config)
+    produced = {xadd(client, b): b.batch_id for b in make_batches(tiny_model_dir, run_id, N_BATCHES)}
+
+    proc = _start(config)
+    deadline = time.monotonic() + 180
+    while _published(client, run_id) < 4:  # step 4 is past the step-3 checkpoint: unacked work in memory
+        assert proc.poll() is None, (tmp_path / "trainer.log").read_text()[-3000:]
+        assert time.monotonic() < deadline, "trainer made no progress"
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(30)
+    before = _published(client, run_id)
+    acked, unacked = _check_applied_or_pending(client, run_id, produced)
+    assert unacked, "the kill landed after every batch was done: nothing was tested"
+    ckpt = Checkpointer(cfg.checkpoints_dir, "a").latest()
+    assert ckpt is not None
+    killed_state = Checkpointer.load_state(ckpt)
+    assert killed_state.step == len(acked) and set(killed_state.applied) == {produced[e] for e in acked}
+
+    proc = _start(config, "--idle-exit", "1.5")
+    assert proc.wait(300) == 0, (tmp_path / "trainer.log").read_text()[-3000:]
+    acked, unacked = _check_applied_or_pending(client, run_id, produced)
+    assert not unacked and applied_ids(client, run_id) == set(produced.values())
+    final = Checkpointer.load_state(Checkpointer(cfg.checkpoints_dir, "a").latest())  # type: ignore[arg-type]
+    # Exactly once: one step per batch in the surviving lineage, each id once.
+    assert final.step == N_BATCHES and sorted(final.applied) == sorted(produced.values())
+    # Versions kept increasing across the kill: the restart published above everything seen before.
+    after = _published(client, run_id)
+    assert final.weight_version == after > before
+    assert after >= before + (N_BATCHES - killed_state.step)
+    log = (tmp_path / "trainer.log").read_text()
+    assert "republishing" in log or killed_state.weight_version == before

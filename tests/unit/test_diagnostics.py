@@ -1,0 +1,108 @@
+"""Per-round diagnostics: diversity, agreement, label accuracy and the collapse alarm."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+
+import pytest
+
+from corl.rewards import (
+    CollapseDetector,
+    agreement_matrix,
+    answer_stats,
+    cohort_diversity,
+    diversity,
+    label_accuracy,
+    labelled_fraction,
+)
+
+
+@pytest.mark.parametrize(
+    ("samples", "distinct", "entropy"),
+    [
+        (["1", "1", "1", "1"], 1, 0.0),
+        (["1", "2", "1", "2"], 2, math.log(2)),
+        (["1", "2", "3", "4"], 4, math.log(4)),
+        (["1", None, "2", None], 2, math.log(2)),  # invalid answers are not an answer
+        ([None, None], 0, 0.0),
+        ([], 0, 0.0),
+    ],
+)
+def test_answer_stats(samples: list[str | None], distinct: int, entropy: float) -> None:
+    got = answer_stats(samples)
+    assert got[0] == distinct
+    assert got[1] == pytest.approx(entropy)
+
+
+def test_diversity_is_mean_distinct_rate_and_entropy() -> None:
+    rate, entropy = diversity([["1", "1", "1", "1"], ["1", "2", "3", "4"]])
+    assert rate == pytest.approx((1 / 4 + 4 / 4) / 2)
+    assert entropy == pytest.approx(math.log(4) / 2)
+    assert diversity([]) == (0.0, 0.0)
+
+
+def test_agreement_matrix() -> None:
+    labels = {"a": ["1", "2", None, "4"], "b": ["1", "3", None, "4"], "c": [None, "2", "3", "5"]}
+    m = agreement_matrix(labels)
+    assert m["a"]["b"] == m["b"]["a"] == pytest.approx(2 / 4)
+    assert m["a"]["c"] == pytest.approx(1 / 4)
+    assert m["b"]["c"] == 0.0
+    assert m["a"]["a"] == pytest.approx(3 / 4)  # diagonal: labelled fraction
+    json.dumps(m)
+
+
+def test_cohort_diversity_and_labelled_fraction() -> None:
+    assert cohort_diversity({"a": ["1", "1"], "b": ["1", "2"]}) == pytest.approx((1 + 2) / 4)
+    assert labelled_fraction(["1", None, None, "2"]) == 0.5
+    assert labelled_fraction([]) == 0.0
+
+
+@pytest.mark.parametrize(
+    ("labels", "truth", "expected"),
+    [
+        (["1", "2", "3"], ["1", "2", "4"], 2 / 3),
+        (["1", None, "3"], ["1", "2", None], 1.0),  # only prompts with both count
+        ([None, None], ["1", "2"], None),
+        (["1"], [None], None),
+    ],
+)
+def test_label_accuracy(labels: list[str | None], truth: list[str | None], expected: float | None) -> None:
+    got = label_accuracy(labels, truth)
+    assert got == (None if expected is None else pytest.approx(expected))
+
+
+def test_collapse_alarm_fires_below_fraction_of_start(caplog: pytest.LogCaptureFixture) -> None:
+    det = CollapseDetector(collapse_fraction=0.5)
+    assert det.update("a", 0.8) is False  # sets the start
+    assert det.update("a", 0.5) is False
+    with caplog.at_level(logging.WARNING, logger="corl.rewards.diagnostics"):
+        assert det.update("a", 0.3) is True
+        assert det.update("a", 0.2) is True
+    alarms = [r for r in caplog.records if "collapse alarm for member a" in r.getMessage()]
+    assert len(alarms) == 1  # logged once on entering the alarm, not every round
+    assert det.alarmed == {"a"}
+    assert det.update("a", 0.7) is False  # recovered
+    assert det.alarmed == set()
+    assert det.update("b", 0.1) is False  # b has its own start
+
+
+def test_collapse_start_is_mean_of_warmup_rounds() -> None:
+    det = CollapseDetector(collapse_fraction=0.5, warmup_rounds=3)
+    for rate in (1.0, 0.6, 0.8):
+        assert det.update("a", rate) is False
+    assert det.start["a"] == pytest.approx(0.8)
+    assert det.update("a", 0.41) is False
+    assert det.update("a", 0.39) is True
+
+
+def test_collapse_detector_snapshot_round_trip() -> None:
+    det = CollapseDetector(collapse_fraction=0.4, warmup_rounds=2)
+    det.update("a", 1.0)
+    det.update("b", 1.0)
+    det.update("b", 0.5)
+    det.update("b", 0.1)
+    restored = CollapseDetector.from_snapshot(json.loads(json.dumps(det.snapshot())))
+    assert restored.snapshot() == det.snapshot()
+    assert restored.update("a", 1.0) is False and restored.start["a"] == 1.0

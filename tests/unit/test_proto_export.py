@@ -1,0 +1,44 @@
+"""The exported contract files (``proto/schemas``, ``proto/openapi``) equal what the code generates."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import corl.proto
+from typer.testing import CliRunner
+
+from corl.cli import app
+from corl.cli.proto import drift, exported_files
+
+
+def test_exported_files_do_not_drift() -> None:
+    assert drift() == [], "proto/ is stale: run `corl proto export` and commit the result"
+
+
+def test_every_wire_model_has_a_schema() -> None:
+    files = exported_files()
+    for name in ("GenerateRequest", "GradeRequest", "GradeResponse", "WeightUpdateRequest", "ErrorResponse"):
+        assert name in corl.proto.__all__
+        schema = json.loads(files[f"schemas/{name}.json"])
+        assert schema["additionalProperties"] is False  # unknown fields are rejected on the wire
+
+
+def test_openapi_documents_grade_with_its_error_shape() -> None:
+    doc = json.loads(exported_files()["openapi/model_server.json"])
+    grade = doc["paths"]["/v1/grade"]["post"]
+    assert grade["requestBody"]["content"]["application/json"]["schema"]["$ref"].endswith("/GradeRequest")
+    assert grade["responses"]["200"]["content"]["application/json"]["schema"]["$ref"].endswith("/GradeResponse")
+    assert grade["responses"]["422"]["content"]["application/json"]["schema"]["$ref"].endswith("/ErrorResponse")
+    assert {"/v1/generate", "/v1/weights", "/v1/info", "/healthz", "/readyz", "/metrics"} <= set(doc["paths"])
+
+
+def test_export_check_detects_drift(tmp_path: Path) -> None:
+    runner = CliRunner()
+    assert runner.invoke(app, ["proto", "export", "--out", str(tmp_path)]).exit_code == 0
+    assert runner.invoke(app, ["proto", "export", "--check", "--out", str(tmp_path)]).exit_code == 0
+    (tmp_path / "schemas" / "GradeRequest.json").write_text("{}\n")
+    (tmp_path / "schemas" / "Removed.json").write_text("{}\n")
+    result = runner.invoke(app, ["proto", "export", "--check", "--out", str(tmp_path)])
+    assert result.exit_code == 1
+    assert "schemas/GradeRequest.json" in result.output and "schemas/Removed.json" in result.output

@@ -1,0 +1,343 @@
+"""Vote-style rewards on hand-made rounds, and the two reward invariants on many random rounds."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pytest
+
+from corl.rewards import PEER_MODES, Answers, compute_rewards, plurality, pseudo_label, supervisors
+
+# --- pseudo-labels --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("answers", "threshold", "expected"),
+    [
+        (["4", "4", "5", "4"], 0.0, "4"),
+        (["4", "5", "5", None], 0.0, "5"),
+        (["4", "4", "5", "5"], 0.0, None),  # tie at the top
+        ([None, None, None], 0.0, None),  # nothing parseable
+        ([], 0.0, None),
+        (["7"], 0.0, "7"),
+        (["4", "4", "5", "6"], 0.5, "4"),  # 2/4 reaches the threshold
+        (["4", "4", "5", "6"], 0.6, None),
+        (["4", "4", None, None], 0.6, None),  # share is over all G samples, invalid ones included
+        (["4", "4", "4", None], 0.75, "4"),
+    ],
+)
+def test_pseudo_label(answers: list[str | None], threshold: float, expected: str | None) -> None:
+    assert pseudo_label(answers, threshold) == expected
+
+
+def test_plurality_ignores_none_votes() -> None:
+    assert plurality([None, None, "a"]) == "a"
+    assert plurality(["a", "b", None, None]) is None
+
+
+# --- peer_label ---------------------------------------------------------------------------
+
+
+def test_two_members_are_each_others_label() -> None:
+    answers: Answers = {
+        "a": [["1", "1", "2", None], ["3", "3", "3", "3"]],
+        "b": [["2", "2", "2", "1"], ["3", "4", "4", "5"]],
+    }
+    out = compute_rewards("peer_label", answers)
+    assert out.pseudo_labels == {"a": ["1", "3"], "b": ["2", "4"]}
+    assert out.labels == {"a": ["2", "4"], "b": ["1", "3"]}
+    assert out.rewards["a"] == [[0.0, 0.0, 1.0, 0.0], [0.0, 0.0, 0.0, 0.0]]
+    assert out.rewards["b"] == [[0.0, 0.0, 0.0, 1.0], [1.0, 0.0, 0.0, 0.0]]
+
+
+def test_three_members_majority_of_peers_and_ties_discarded() -> None:
+    answers: Answers = {
+        "a": [["1", "1", "1"], ["5", "5", "6"]],
+        "b": [["1", "1", "2"], ["6", "6", "6"]],
+        "c": [["2", "2", "1"], ["7", "7", "5"]],
+    }
+    out = compute_rewards("peer_label", answers)
+    # prompt 0: pseudo a=1 b=1 c=2 ; prompt 1: a=5 b=6 c=7
+    assert out.labels["a"] == [None, None]  # peers b=1, c=2 tie; peers b=6, c=7 tie
+    assert out.labels["b"] == [None, None]
+    assert out.labels["c"] == ["1", None]  # peers a=1, b=1 agree
+    assert out.rewards["a"] == [[0.0] * 3, [0.0] * 3]
+    assert out.rewards["c"] == [[0.0, 0.0, 1.0], [0.0, 0.0, 0.0]]
+
+
+def test_four_members_plurality_over_three_peers() -> None:
+    answers: Answers = {
+        "a": [["9", "9"]],
+        "b": [["1", "1"]],
+        "c": [["1", None]],
+        "d": [["2", "2"]],
+    }
+    out = compute_rewards("peer_label", answers)
+    assert out.labels == {"a": ["1"], "b": [None], "c": [None], "d": ["1"]}
+    # b's peers: a=9, c=1, d=2 -> three-way tie -> no label
+    assert out.rewards["a"] == [[0.0, 0.0]]
+    assert out.rewards["d"] == [[0.0, 0.0]]
+
+
+def test_unlabelled_peers_do_not_vote() -> None:
+    answers: Answers = {
+        "a": [["1", "1"]],
+        "b": [["3", "3"]],
+        "c": [[None, None]],  # no pseudo-label
+    }
+    out = compute_rewards("peer_label", answers)
+    assert out.labels["a"] == ["3"]  # b's label alone; c abstains
+    assert out.labels["c"] == [None]  # a=1 and b=3 tie
+
+
+def test_threshold_removes_unconfident_peer_labels() -> None:
+    answers: Answers = {"a": [["1", "2", "3", "1"]], "b": [["4", "4", "4", "5"]]}
+    loose = compute_rewards("peer_label", answers, threshold=0.0)
+    strict = compute_rewards("peer_label", answers, threshold=0.75)
+    assert loose.labels == {"a": ["4"], "b": ["1"]}
+    assert strict.labels == {"a": ["4"], "b": [None]}  # a's top share 2/4 < 0.75
+    assert strict.rewards["b"] == [[0.0, 0.0, 0.0, 0.0]]
+    assert strict.rewards["a"] == [[0.0, 0.0, 0.0, 0.0]]  # a answered no 4s
+
+
+def test_invalid_answers_never_rewarded_even_when_unlabelled_peers() -> None:
+    answers: Answers = {"a": [[None, "2", None]], "b": [["2", "2", None]]}
+    for mode in ("peer_label", "peer_agreement", "self_vote"):
+        assert compute_rewards(mode, answers).rewards["a"][0][0] == 0.0
+        assert compute_rewards(mode, answers).rewards["a"][0][2] == 0.0
+
+
+# --- ring topology --------------------------------------------------------------------------
+
+
+def test_ring_supervises_by_predecessor_only() -> None:
+    answers: Answers = {
+        "a": [["1", "1"]],
+        "b": [["2", "2"]],
+        "c": [["3", "3"]],
+    }
+    out = compute_rewards("peer_label", answers, topology="ring", order=["a", "b", "c"])
+    assert out.labels == {"a": ["3"], "b": ["1"], "c": ["2"]}
+    reversed_ring = compute_rewards("peer_label", answers, topology="ring", order=["c", "b", "a"])
+    assert reversed_ring.labels == {"a": ["2"], "b": ["3"], "c": ["1"]}
+
+
+def test_ring_skips_absent_members() -> None:
+    answers: Answers = {"a": [["1"]], "c": [["3"]], "d": [["4"]]}  # b is down this round
+    out = compute_rewards("peer_label", answers, topology="ring", order=["a", "b", "c", "d"])
+    assert out.labels == {"a": ["4"], "c": ["1"], "d": ["3"]}
+
+
+def test_ring_of_two_equals_all() -> None:
+    answers: Answers = {"a": [["1", "2", "2"]], "b": [["1", "1", "3"]]}
+    assert compute_rewards("peer_label", answers, topology="ring") == compute_rewards("peer_label", answers)
+
+
+@pytest.mark.parametrize(
+    ("member", "topology", "order", "expected"),
+    [
+        ("b", "all", None, ["a", "c"]),
+        ("a", "ring", None, ["c"]),
+        ("b", "ring", ["c", "a", "b"], ["a"]),
+    ],
+)
+def test_supervisors(member: str, topology: str, order: list[str] | None, expected: list[str]) -> None:
+    assert supervisors(member, ["a", "b", "c"], topology, order) == expected  # type: ignore[arg-type]
+
+
+# --- peer_agreement -------------------------------------------------------------------------
+
+
+def test_peer_agreement_unweighted() -> None:
+    answers: Answers = {
+        "a": [["1", "2", None]],
+        "b": [["1", "1", "2", None]],  # peers may have a different G; invalid samples dilute
+        "c": [["1", "3"]],
+    }
+    out = compute_rewards("peer_agreement", answers)
+    # a's peers: 6 samples, '1' x3, '2' x1
+    assert out.rewards["a"] == [[pytest.approx(3 / 6), pytest.approx(1 / 6), 0.0]]
+    # c's peers: a (3) + b (4) = 7 samples; '1' x3, '3' x0
+    assert out.rewards["c"] == [[pytest.approx(3 / 7), 0.0]]
+
+
+def test_peer_agreement_reliability_weights() -> None:
+    answers: Answers = {"a": [["1", "2"]], "b": [["1", "1"]], "c": [["2", "2"]]}
+    out = compute_rewards("peer_agreement", answers, reliability={"b": 3.0, "c": 1.0})
+    # a's peers: b weight 3 (2 samples '1'), c weight 1 (2 samples '2'): total weight 8
+    assert out.rewards["a"] == [[pytest.approx(6 / 8), pytest.approx(2 / 8)]]
+    muted = compute_rewards("peer_agreement", answers, reliability={"b": 0.0, "c": 1.0})
+    assert muted.rewards["a"] == [[0.0, 1.0]]
+    silent = compute_rewards("peer_agreement", answers, reliability={"a": 1.0, "b": 0.0, "c": 0.0})
+    assert silent.rewards["a"] == [[0.0, 0.0]]  # no weighted peer: no signal
+
+
+def test_peer_agreement_labels_are_the_peer_labels() -> None:
+    answers: Answers = {"a": [["1", "2"]], "b": [["1", "1"]]}
+    out = compute_rewards("peer_agreement", answers)
+    assert out.labels == compute_rewards("peer_label", answers).labels
+
+
+# --- baselines --------------------------------------------------------------------------------
+
+
+def test_self_vote_uses_own_plurality() -> None:
+    answers: Answers = {"a": [["1", "1", "2"], ["3", "4", None]], "b": [["2", "2", "2"], ["4", "4", "4"]]}
+    out = compute_rewards("self_vote", answers)
+    assert out.labels["a"] == ["1", None]
+    assert out.rewards["a"] == [[1.0, 1.0, 0.0], [0.0, 0.0, 0.0]]
+
+
+def test_ground_truth() -> None:
+    answers: Answers = {"a": [["1", "2", None], ["5", "5", "5"]], "b": [["1", "1", "1"], ["4", "4", "4"]]}
+    out = compute_rewards("ground_truth", answers, dataset_answers=["1", None])
+    assert out.rewards["a"] == [[1.0, 0.0, 0.0], [0.0, 0.0, 0.0]]
+    assert out.labels["b"] == ["1", None]
+
+
+def test_ground_truth_without_answers_is_a_clear_error() -> None:
+    with pytest.raises(ValueError, match="dataset_answers"):
+        compute_rewards("ground_truth", {"a": [["1"]], "b": [["1"]]})
+    with pytest.raises(ValueError, match="1 entries for 2 prompts"):
+        compute_rewards("ground_truth", {"a": [["1"], ["2"]]}, dataset_answers=["1"])
+
+
+def test_none_mode_is_all_zero() -> None:
+    answers: Answers = {"a": [["1", "1"], ["2"]], "b": [["1", "1"], ["2"]]}
+    out = compute_rewards("none", answers)
+    assert out.rewards == {"a": [[0.0, 0.0], [0.0]], "b": [[0.0, 0.0], [0.0]]}
+    assert out.labels == {"a": [None, None], "b": [None, None]}
+
+
+# --- members, errors ------------------------------------------------------------------------
+
+
+def test_frozen_members_vote_but_get_no_rewards() -> None:
+    answers: Answers = {"a": [["1", "2"]], "frozen": [["2", "2"]]}
+    out = compute_rewards("peer_label", answers, members=["a"])
+    assert set(out.rewards) == {"a"}
+    assert out.rewards["a"] == [[0.0, 1.0]]
+    assert set(out.pseudo_labels) == {"a", "frozen"}
+
+
+def test_single_member_gets_no_peer_signal() -> None:
+    out = compute_rewards("peer_label", {"a": [["1", "1"]]})
+    assert out.rewards == {"a": [[0.0, 0.0]]}
+    assert out.labels == {"a": [None]}
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"mode": "peer_judge", "answers": {"a": [["1"]]}}, "judge_rewards"),
+        ({"mode": "bogus", "answers": {"a": [["1"]]}}, "unknown vote reward mode"),
+        ({"mode": "peer_label", "answers": {"a": [["1"]], "b": [["1"], ["2"]]}}, "same prompts"),
+        ({"mode": "peer_label", "answers": {"a": [["1"]]}, "members": ["z"]}, "no answers"),
+        (
+            {"mode": "peer_label", "answers": {"a": [["1"]], "b": [["1"]]}, "topology": "ring", "order": ["a"]},
+            "missing from the ring order",
+        ),
+    ],
+)
+def test_bad_input_is_a_value_error(kwargs: dict, match: str) -> None:
+    mode = kwargs.pop("mode")
+    answers = kwargs.pop("answers")
+    with pytest.raises(ValueError, match=match):
+        compute_rewards(mode, answers, **kwargs)
+
+
+# --- invariants -------------------------------------------------------------------------------
+
+ALPHABET: list[str | None] = ["1", "2", "3", "4", None]
+
+
+def _random_round(rng: random.Random) -> tuple[dict[str, list[list[str | None]]], list[str]]:
+    n = rng.randint(2, 5)
+    names = [f"m{i}" for i in range(n)]
+    n_prompts = rng.randint(1, 4)
+    # Skewed answer distributions so that labels, ties and thresholds all occur.
+    answers: dict[str, list[list[str | None]]] = {}
+    for m in names:
+        answers[m] = []
+        for _ in range(n_prompts):
+            g = rng.randint(1, 6)
+            weights = [rng.random() ** 2 for _ in ALPHABET]
+            answers[m].append(rng.choices(ALPHABET, weights=weights, k=g))
+    return answers, names
+
+
+def _reward_table(mode: str, answers: dict, member: str, **kw: Any) -> list[dict[str | None, float]]:
+    """Per prompt, the reward that ``member`` would get for each possible answer.
+
+    Computed by replacing the member's samples with one probe sample of every answer.
+    """
+    probe = {**answers, member: [list(ALPHABET) for _ in answers[member]]}
+    rows = compute_rewards(mode, probe, **kw).rewards[member]
+    return [dict(zip(ALPHABET, row, strict=True)) for row in rows]
+
+
+@pytest.mark.parametrize("mode", PEER_MODES)
+@pytest.mark.parametrize("topology", ["all", "ring"])
+def test_invariant_rewards_never_depend_on_own_samples(mode: str, topology: str) -> None:
+    """A member's rewards are a fixed function of each sample's answer, set by peers only."""
+    rng = random.Random(f"{mode}-{topology}")
+    for _ in range(300):
+        answers, names = _random_round(rng)
+        kw: dict[str, Any] = {
+            "topology": topology,
+            "threshold": rng.choice([0.0, 0.4, 0.7]),
+            "order": rng.sample(names, len(names)),
+            "reliability": {m: rng.choice([0.0, 0.3, 1.0, 2.5]) for m in names},
+        }
+        member = rng.choice(names)
+        table = _reward_table(mode, answers, member, **kw)
+        original = compute_rewards(mode, answers, **kw)
+        perturbed_answers = {
+            **answers,
+            member: [rng.choices(ALPHABET, k=rng.randint(1, 6)) for _ in answers[member]],
+        }
+        perturbed = compute_rewards(mode, perturbed_answers, **kw)
+        for out, own in ((original, answers[member]), (perturbed, perturbed_answers[member])):
+            expected = [[table[p][a] for a in samples] for p, samples in enumerate(own)]
+            assert out.rewards[member] == expected
+        assert perturbed.labels[member] == original.labels[member]
+
+
+@pytest.mark.parametrize("mode", PEER_MODES)
+def test_invariant_dataset_answers_never_reach_peer_rewards(mode: str) -> None:
+    rng = random.Random(mode)
+    for _ in range(200):
+        answers, names = _random_round(rng)
+        n_prompts = len(answers[names[0]])
+        truth = [rng.choice(ALPHABET) for _ in range(n_prompts)]
+        poisoned = [rng.choice(["1", "2", "999", None]) for _ in range(n_prompts)]
+        baseline = compute_rewards(mode, answers)
+        assert compute_rewards(mode, answers, dataset_answers=truth) == baseline
+        assert compute_rewards(mode, answers, dataset_answers=poisoned) == baseline
+        assert compute_rewards(mode, answers, dataset_answers=[]) == baseline  # not even validated
+
+
+def test_invariant_dataset_answers_do_reach_ground_truth() -> None:
+    """Guard for the test above: the poisoning would have been seen by a mode that reads them."""
+    answers: Answers = {"a": [["1", "2"]], "b": [["1", "1"]]}
+    assert compute_rewards("ground_truth", answers, dataset_answers=["1"]) != compute_rewards(
+        "ground_truth", answers, dataset_answers=["2"]
+    )
+
+
+@pytest.mark.parametrize("mode", ["peer_label", "peer_agreement", "self_vote", "ground_truth", "none"])
+def test_rewards_have_the_samples_shape_and_lie_in_unit_interval(mode: str) -> None:
+    rng = random.Random(f"shape-{mode}")
+    for _ in range(100):
+        answers, names = _random_round(rng)
+        truth = [rng.choice(ALPHABET) for _ in answers[names[0]]]
+        out = compute_rewards(mode, answers, dataset_answers=truth, threshold=rng.choice([0.0, 0.5]))
+        for m in names:
+            assert [len(r) for r in out.rewards[m]] == [len(s) for s in answers[m]]
+            assert len(out.labels[m]) == len(answers[m])
+            for row, samples in zip(out.rewards[m], answers[m], strict=True):
+                for r, a in zip(row, samples, strict=True):
+                    assert 0.0 <= r <= 1.0
+                    if a is None:
+                        assert r == 0.0

@@ -1,0 +1,428 @@
+"""The trainer main loop: read a batch, maybe drop it, take a step, publish, checkpoint, acknowledge.
+
+Durability: a batch's stream entry is acknowledged (together with recording its id as applied) only
+after a checkpoint containing its step is on disk. Unacknowledged entries are flushed with a
+checkpoint every ``checkpoint_every`` steps, whenever the stream is idle (the aggregator's
+back-pressure counts pending entries, so holding them would stall it), and on shutdown. After a
+crash the trainer resumes from the newest checkpoint and re-reads what is still pending; ids already
+in the checkpoint are acknowledged without training. Weight versions come from a counter that is
+the maximum of the checkpoint, the weights store and Redis, so a version is never reused.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import time
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import redis
+import torch
+from corl.proto import GradedBatch
+
+from corl.config import CohortConfig
+
+from .advantages import group_advantages
+from .batches import BatchStream, Entry
+from .checkpoint import Checkpointer, TrainerState
+from .collate import pack
+from .losses import policy_loss, response_logps
+from .metrics import TrainerMetrics
+from .publish import Published, ReplicaPusher, WeightsStore
+from .settings import TrainerSettings
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class StepStats:
+    loss: float
+    mean_reward: float
+    advantage_std: float
+    clip_fraction: float
+    approx_kl: float
+    ref_kl: float | None
+    entropy: float
+    grad_norm: float
+    seconds: float
+    tokens: int
+    sequences: int
+    groups_skipped: int
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.tokens / self.seconds if self.seconds > 0 else 0.0
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+class PolicyTrainer:
+    """The model, optimizer and one GRPO-family update on a graded batch; no Redis, no HTTP."""
+
+    def __init__(self, cfg: CohortConfig, member: str, device: torch.device, resume_from: Path | None = None):
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from trl.trainer.utils import disable_dropout_in_model
+
+        from . import lora
+
+        self.cfg, self.train_cfg, self.device = cfg, cfg.training, device
+        src = cfg.member(member).model
+        torch.manual_seed(cfg.training.seed)
+        self.tokenizer = AutoTokenizer.from_pretrained(src)
+        if self.tokenizer.pad_token_id is None:
+            self.tokenizer.pad_token = self.tokenizer.eos_token
+        self.pad_id = int(self.tokenizer.pad_token_id)
+        self.format = "lora" if cfg.training.lora else "full"
+        if cfg.training.lora:
+            base = AutoModelForCausalLM.from_pretrained(src, dtype=torch.float32)
+            model = lora.wrap(base, cfg.training.lora, resume_from)
+        else:
+            model = AutoModelForCausalLM.from_pretrained(str(resume_from or src), dtype=torch.float32)
+        disable_dropout_in_model(model)  # dropout would make the ratio to the sampling policy != 1 on-policy
+        self.model = model.to(device)
+        self.model.train()
+        self.ref_model: Any = None
+        if cfg.training.beta > 0 and not lora.is_peft(self.model):
+            ref: Any = AutoModelForCausalLM.from_pretrained(src, dtype=torch.float32)
+            self.ref_model = ref.to(device).eval().requires_grad_(False)
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        self.params = params
+        self.optimizer = torch.optim.AdamW(
+            params, lr=cfg.training.lr, betas=cfg.training.betas, weight_decay=cfg.training.weight_decay
+        )
+
+    def _ref_logps(self, input_ids: torch.Tensor, attn: torch.Tensor, t: int) -> torch.Tensor:
+        temp = self.cfg.rounds.temperature
+        with torch.no_grad():
+            if self.ref_model is not None:
+                return response_logps(self.ref_model, input_ids, attn, t, temperature=temp, with_entropy=False)[0]
+            with self.model.disable_adapter():  # LoRA: the base weights are the reference
+                return response_logps(self.model, input_ids, attn, t, temperature=temp, with_entropy=False)[0]
+
+    def step(self, batch: GradedBatch) -> StepStats:
+        """One update (``steps_per_batch`` optimizer steps) on ``batch``."""
+        tc, t0 = self.train_cfg, time.perf_counter()
+        rewards = torch.tensor([s.reward for s in batch.samples], dtype=torch.float32)
+        adv = group_advantages(rewards, [s.group_id for s in batch.samples], scale_rewards=tc.scale_rewards)
+        kept = [i for i, k in enumerate(adv.keep.tolist()) if k]
+        mean_reward = float(rewards.mean())
+        if not kept:
+            return StepStats(
+                0.0, mean_reward, 0.0, 0.0, 0.0, None, 0.0, 0.0, time.perf_counter() - t0, 0, 0, adv.skipped_groups
+            )
+        packed = pack([batch.samples[i] for i in kept], self.pad_id)
+        advantages = adv.advantages[kept].to(self.device)
+        ids, attn = packed.input_ids.to(self.device), packed.attention_mask.to(self.device)
+        mask, old = packed.response_mask.to(self.device), packed.old_logps.to(self.device)
+        n, t = ids.size(0), packed.response_len
+        ref = self._ref_logps(ids, attn, t) if tc.beta > 0 else None
+        micro = tc.micro_batch_size or n
+        chunks = [slice(i, min(i + micro, n)) for i in range(0, n, micro)]
+        total_tokens = float(mask.sum())
+        stats: dict[str, float] = {}
+        grad_norm = torch.tensor(0.0)
+        for _ in range(tc.steps_per_batch):
+            self.optimizer.zero_grad(set_to_none=True)
+            acc = {"loss": 0.0, "clip": 0.0, "kl": 0.0, "ref_kl": 0.0, "ent": 0.0}
+            for sl in chunks:
+                logps, ent = response_logps(self.model, ids[sl], attn[sl], t, temperature=self.cfg.rounds.temperature)
+                out = policy_loss(
+                    logps,
+                    old[sl],
+                    advantages[sl],
+                    mask[sl],
+                    loss_type=tc.loss_type,
+                    epsilon_low=tc.epsilon,
+                    epsilon_high=tc.epsilon_high,
+                    beta=tc.beta,
+                    ref_logps=None if ref is None else ref[sl],
+                    max_completion_length=self.cfg.rounds.max_tokens,
+                    num_items_in_batch=total_tokens,
+                )
+                # Scale each micro-batch so their sum is the whole-batch loss of this loss type.
+                rows = sl.stop - sl.start
+                scale = 1.0 if tc.loss_type == "dapo" else (1 / len(chunks) if tc.loss_type == "bnpo" else rows / n)
+                (out.loss * scale).backward()
+                tok_share = float(mask[sl].sum()) / max(total_tokens, 1.0)
+                acc["loss"] += float(out.loss.detach()) * scale
+                acc["clip"] += out.clip_fraction * tok_share
+                acc["kl"] += out.approx_kl * tok_share
+                acc["ref_kl"] += (out.ref_kl or 0.0) * tok_share
+                assert ent is not None
+                acc["ent"] += float((ent * mask[sl]).sum()) / max(total_tokens, 1.0)
+            grad_norm = torch.nn.utils.clip_grad_norm_(self.params, tc.grad_clip)
+            self.optimizer.step()
+            stats = acc
+        seconds = time.perf_counter() - t0
+        return StepStats(
+            loss=stats["loss"],
+            mean_reward=mean_reward,
+            advantage_std=float(advantages.std()) if n > 1 else 0.0,
+            clip_fraction=stats["clip"],
+            approx_kl=stats["kl"],
+            ref_kl=stats["ref_kl"] if tc.beta > 0 else None,
+            entropy=stats["ent"],
+            grad_norm=float(grad_norm),
+            seconds=seconds,
+            tokens=packed.tokens * tc.steps_per_batch,
+            sequences=n,
+            groups_skipped=adv.skipped_groups,
+        )
+
+
+class Trainer:
+    """One member's trainer process: Redis in, weights out, durable in between."""
+
+    def __init__(
+        self,
+        cfg: CohortConfig,
+        member: str,
+        settings: TrainerSettings | None = None,
+        *,
+        redis_client: redis.Redis | None = None,
+        http: httpx.Client | None = None,
+        metrics: TrainerMetrics | None = None,
+    ):
+        self.cfg, self.member = cfg, member
+        self.settings = settings or TrainerSettings()
+        mcfg = cfg.member(member)
+        if mcfg.role != "trained":
+            raise ValueError(f"member {member!r} is frozen: it has no trainer")
+        self.metrics = metrics or TrainerMetrics(member)
+        self.redis = redis_client or redis.Redis.from_url(cfg.redis_url, socket_timeout=30.0)
+        self.http = http or httpx.Client(timeout=httpx.Timeout(self.settings.http_timeout_s, connect=5.0))
+        self.stream = BatchStream(self.redis, cfg.run_id, member, self.settings.consumer_name(member))
+        self.store = WeightsStore(cfg.weights_dir, member, keep=cfg.training.keep_versions)
+        self.checkpointer = Checkpointer(cfg.checkpoints_dir, member, keep=self.settings.keep_checkpoints)
+        self.pusher = ReplicaPusher(
+            mcfg.servers, self.settings.admin_token, self.http, attempts=self.settings.publish_attempts
+        )
+        self._stop = False
+        self._metrics_server: Any = None
+        # Filled by setup():
+        self.policy: PolicyTrainer
+        self.state = TrainerState()
+        self._applied: deque[str] = deque(maxlen=self.settings.applied_ids_kept)
+        self._applied_set: set[str] = set()
+        self._uncommitted: list[tuple[str, str | None]] = []  # (entry id, batch id or None for a duplicate)
+        self._unpublished = 0
+        self._last_sync = self._last_claim = 0.0
+        self.latest: Published | None = None
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+
+    def setup(self) -> None:
+        if self.settings.threads:
+            torch.set_num_threads(self.settings.threads)
+        if self.settings.metrics_port is not None:
+            self._metrics_server = self.metrics.serve(self.settings.metrics_port, self.settings.metrics_host)
+        ckpt = self.checkpointer.latest()
+        self.policy = PolicyTrainer(self.cfg, self.member, resolve_device(self.settings.device), resume_from=ckpt)
+        if ckpt is not None:
+            self.state = self.checkpointer.load_state(ckpt)
+            self.checkpointer.load_optimizer(ckpt, self.policy.optimizer)
+            for bid in self.state.applied:
+                self._remember(bid)
+            log.info(
+                "resumed %s from %s: step %d, version %d",
+                self.member,
+                ckpt.name,
+                self.state.step,
+                self.state.weight_version,
+            )
+        self.stream.ensure_group()
+        self.stream.claim_dead(self.settings.claim_idle_ms)
+        self._last_claim = time.monotonic()
+        newest = max(self.store.latest_version(), self.stream.published_version())
+        if newest > self.state.weight_version:
+            # Versions newer than the checkpoint came from steps lost in a crash: the servers must move
+            # to this lineage, under a fresh, higher version number.
+            log.info(
+                "published version %d is newer than the checkpoint's %d: republishing",
+                newest,
+                self.state.weight_version,
+            )
+            self.state.weight_version = newest
+            self.publish()
+        elif newest > 0:
+            self.latest = self.store.get(newest, self.policy.format)  # type: ignore[arg-type]
+            self.pusher.sync(self.latest)
+        self._gauge(self.metrics.weight_version, self.state.weight_version)
+        self._gauge(self.metrics.step, self.state.step)
+
+    def request_stop(self, *_: object) -> None:
+        self._stop = True
+
+    def install_signal_handlers(self) -> None:
+        signal.signal(signal.SIGTERM, self.request_stop)
+        signal.signal(signal.SIGINT, self.request_stop)
+
+    def close(self) -> None:
+        if self._metrics_server is not None:
+            self._metrics_server.shutdown()
+        self.http.close()
+        self.redis.close()
+
+    def run(self, max_steps: int | None = None, idle_exit_s: float | None = None) -> TrainerState:
+        """Train until stopped, until the global step reaches ``max_steps``, or idle for ``idle_exit_s``."""
+        idle_since = time.monotonic()
+        while not self._stop and (max_steps is None or self.state.step < max_steps):
+            entry = self.stream.next(self.settings.block_ms)
+            if entry is None:
+                self._on_idle()
+                if idle_exit_s is not None and time.monotonic() - idle_since > idle_exit_s:
+                    break
+                continue
+            idle_since = time.monotonic()
+            self._handle(entry)
+        self.flush()
+        return self.state
+
+    # -- one entry ---------------------------------------------------------------------------------
+
+    def _handle(self, entry: Entry) -> None:
+        m = self.metrics
+        batch = entry.batch
+        if batch is None or batch.member != self.member or batch.run_id != self.cfg.run_id:
+            why = entry.error or f"batch for {batch.member!r}/{batch.run_id!r}"  # type: ignore[union-attr]
+            log.error("dropping stream entry %s: %s", entry.entry_id, why)
+            self._labels(m.invalid_dropped).inc()
+            self.stream.commit([entry.entry_id], dropped=[f"invalid:{entry.entry_id}"])
+            return
+        if batch.batch_id in self._applied_set:
+            log.info("batch %s already applied: acknowledging without training", batch.batch_id)
+            self._labels(m.duplicates).inc()
+            if any(bid == batch.batch_id for _, bid in self._uncommitted):
+                self._uncommitted.append((entry.entry_id, None))  # acked with the checkpoint holding its step
+            else:
+                self.stream.commit([entry.entry_id], applied=[batch.batch_id])
+            return
+        generated = min(s.weight_version for s in batch.samples)
+        lag = self.state.weight_version - generated
+        self._gauge(m.version_lag, lag)
+        if lag > self.cfg.training.max_staleness:
+            log.info(
+                "dropping batch %s: generated by version %d, trainer at %d (max staleness %d)",
+                batch.batch_id,
+                generated,
+                self.state.weight_version,
+                self.cfg.training.max_staleness,
+            )
+            self._labels(m.stale_dropped).inc()
+            self.stream.commit([entry.entry_id], dropped=[batch.batch_id])
+            return
+        stats = self.policy.step(batch)
+        self.state.step += 1
+        self.state.optimizer_steps += self.cfg.training.steps_per_batch if stats.sequences else 0
+        self._remember(batch.batch_id)
+        self._uncommitted.append((entry.entry_id, batch.batch_id))
+        self._unpublished += 1 if stats.sequences else 0
+        self._record(stats)
+        log.info(
+            "step %d batch %s: loss %.4f reward %.3f kl %.4f clip %.3f %.2fs %.0f tok/s",
+            self.state.step,
+            batch.batch_id,
+            stats.loss,
+            stats.mean_reward,
+            stats.approx_kl,
+            stats.clip_fraction,
+            stats.seconds,
+            stats.tokens_per_second,
+        )
+        if self._unpublished >= self.cfg.training.publish_every:
+            self.publish()
+        if len({b for _, b in self._uncommitted if b}) >= self.cfg.training.checkpoint_every:
+            self.checkpoint()
+
+    def _remember(self, batch_id: str) -> None:
+        if len(self._applied) == self._applied.maxlen:
+            self._applied_set.discard(self._applied[0])
+        self._applied.append(batch_id)
+        self._applied_set.add(batch_id)
+
+    # -- durability and publishing -----------------------------------------------------------------
+
+    def checkpoint(self) -> None:
+        """Write a durable checkpoint, then acknowledge every entry whose step it contains."""
+        self.state.applied = list(self._applied)
+        self.checkpointer.save(self.policy.model, self.policy.optimizer, self.state)
+        self._labels(self.metrics.checkpoints).inc()
+        entries = [e for e, _ in self._uncommitted]
+        applied = [b for _, b in self._uncommitted if b]
+        self.stream.commit(entries, applied=applied, state={"step": self.state.step})
+        self._uncommitted.clear()
+
+    def publish(self) -> Published:
+        version = max(self.state.weight_version, self.store.latest_version(), self.stream.published_version()) + 1
+        pub = self.store.save(self.policy.model, self.policy.tokenizer, version, self.policy.format)  # type: ignore[arg-type]
+        self.stream.record_version(version)
+        self.state.weight_version = version
+        self.latest = pub
+        self._unpublished = 0
+        self._labels(self.metrics.publishes).inc()
+        self._gauge(self.metrics.weight_version, version)
+        outcomes = self.pusher.push(pub)
+        failed = sum(o in ("unreachable", "rejected") for o in outcomes.values())
+        if failed:
+            self._labels(self.metrics.push_failures).inc(failed)
+        log.info("published %s version %d (%s): %s", self.member, version, pub.sha256[:12], outcomes)
+        return pub
+
+    def flush(self) -> None:
+        if self._unpublished:
+            self.publish()
+        if self._uncommitted:
+            self.checkpoint()
+
+    def _on_idle(self) -> None:
+        self.flush()
+        now = time.monotonic()
+        if now - self._last_claim > self.settings.claim_every_s:
+            self.stream.claim_dead(self.settings.claim_idle_ms)
+            self._last_claim = now
+        if self.latest is not None and now - self._last_sync > self.settings.sync_every_s:
+            self.pusher.sync(self.latest)  # also catches a replica that restarted
+            self._last_sync = now
+        try:
+            self._gauge(self.metrics.backlog, self.stream.backlog())
+        except redis.RedisError:
+            pass
+
+    # -- metrics -----------------------------------------------------------------------------------
+
+    def _labels(self, metric: Any) -> Any:
+        return metric.labels(member=self.member)
+
+    def _gauge(self, metric: Any, value: float) -> None:
+        metric.labels(member=self.member).set(value)
+
+    def _record(self, s: StepStats) -> None:
+        m = self.metrics
+        self._gauge(m.mean_reward, s.mean_reward)
+        self._labels(m.batches_applied).inc()
+        self._gauge(m.step, self.state.step)
+        if s.groups_skipped:
+            self._labels(m.groups_skipped).inc(s.groups_skipped)
+        if not s.sequences:
+            return
+        for metric, value in (
+            (m.loss, s.loss),
+            (m.advantage_std, s.advantage_std),
+            (m.clip_fraction, s.clip_fraction),
+            (m.approx_kl, s.approx_kl),
+            (m.entropy, s.entropy),
+            (m.grad_norm, s.grad_norm),
+            (m.tokens_per_second, s.tokens_per_second),
+        ):
+            self._gauge(metric, value)
+        if s.ref_kl is not None:
+            self._gauge(m.ref_kl, s.ref_kl)
+        self._labels(m.step_seconds).observe(s.seconds)

@@ -1,0 +1,59 @@
+"""Every Prometheus metric of the trainer, in one private registry (no module-level globals)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+
+class TrainerMetrics:
+    def __init__(self, member: str, registry: CollectorRegistry | None = None):
+        self.registry = registry or CollectorRegistry()
+        r, lbl = self.registry, ["member"]
+
+        def g(name: str, doc: str) -> Gauge:
+            return Gauge(f"corl_trainer_{name}", doc, lbl, registry=r)
+
+        def c(name: str, doc: str) -> Counter:
+            return Counter(f"corl_trainer_{name}", doc, lbl, registry=r)
+
+        self.loss = g("loss", "Policy loss of the last step.")
+        self.mean_reward = g("mean_reward", "Mean reward of the last batch.")
+        self.advantage_std = g("advantage_std", "Std of the advantages trained on in the last batch.")
+        self.clip_fraction = g("clip_fraction_ratio", "Response tokens whose ratio was clipped (last step).")
+        self.approx_kl = g("approx_kl", "k3 KL(sampling policy || current policy) per token (last step).")
+        self.ref_kl = g("ref_kl", "k3 KL to the starting weights per token (last step; beta > 0 only).")
+        self.entropy = g("entropy_nats", "Mean policy entropy per response token (last step).")
+        self.tokens_per_second = g("tokens_per_second", "Tokens (prompt + response) processed per second (last step).")
+        self.version_lag = g("version_lag", "Trainer version minus the version that generated the last batch.")
+        self.backlog = g("stream_backlog_batches", "Batches in the member's stream not yet acknowledged.")
+        self.weight_version = g("weight_version", "Newest published weight version.")
+        self.step = g("step", "Batches applied (global step).")
+        self.grad_norm = g("grad_norm", "Gradient norm before clipping (last step).")
+        self.step_seconds = Histogram(
+            "corl_trainer_step_seconds",
+            "Wall time of one training step.",
+            lbl,
+            registry=r,
+            buckets=(0.01, 0.03, 0.1, 0.3, 1, 3, 10, 30, 100),
+        )
+        self.batches_applied = c("batches_applied_total", "Batches trained on.")
+        self.stale_dropped = c("stale_batches_dropped_total", "Batches dropped as generated too many versions ago.")
+        self.invalid_dropped = c("invalid_batches_dropped_total", "Stream entries that were not a valid batch.")
+        self.duplicates = c("duplicate_batches_total", "Replayed batches skipped because already applied.")
+        self.groups_skipped = c("groups_skipped_total", "Prompt groups with equal rewards (no signal).")
+        self.publishes = c("publishes_total", "Weight versions written to the weights store.")
+        self.push_failures = c("push_failures_total", "Replica weight pushes that failed after retries.")
+        self.checkpoints = c("checkpoints_total", "Durable checkpoints written.")
+        self.member = member
+        # Touch every series so counters show 0 before their first event (absent series break rate()).
+        for metric in vars(self).values():
+            if isinstance(metric, Gauge | Counter | Histogram):
+                metric.labels(member=member)
+
+    def labels(self, metric: Gauge | Counter | Histogram):  # type: ignore[no-untyped-def]
+        return metric.labels(member=self.member)
+
+    def serve(self, port: int, host: str = "0.0.0.0"):  # type: ignore[no-untyped-def]
+        """Start the /metrics endpoint in a daemon thread; returns the server (``shutdown()`` to stop)."""
+        server, _thread = start_http_server(port, addr=host, registry=self.registry)
+        return server

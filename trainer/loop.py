@@ -15,167 +15,24 @@ import logging
 import signal
 import time
 from collections import deque
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import httpx
 import redis
 import torch
-from corl.proto import GradedBatch
+from redis.backoff import ExponentialBackoff
+from redis.retry import Retry
 
 from corl.config import CohortConfig
 
-from .advantages import group_advantages
 from .batches import BatchStream, Entry
 from .checkpoint import Checkpointer, TrainerState
-from .collate import pack
-from .losses import policy_loss, response_logps
 from .metrics import TrainerMetrics
+from .policy import PolicyTrainer, StepStats, resolve_device
 from .publish import Published, ReplicaPusher, WeightsStore
 from .settings import TrainerSettings
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class StepStats:
-    loss: float
-    mean_reward: float
-    advantage_std: float
-    clip_fraction: float
-    approx_kl: float
-    ref_kl: float | None
-    entropy: float
-    grad_norm: float
-    seconds: float
-    tokens: int
-    sequences: int
-    groups_skipped: int
-
-    @property
-    def tokens_per_second(self) -> float:
-        return self.tokens / self.seconds if self.seconds > 0 else 0.0
-
-
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
-
-
-class PolicyTrainer:
-    """The model, optimizer and one GRPO-family update on a graded batch; no Redis, no HTTP."""
-
-    def __init__(self, cfg: CohortConfig, member: str, device: torch.device, resume_from: Path | None = None):
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-        from trl.trainer.utils import disable_dropout_in_model
-
-        from . import lora
-
-        self.cfg, self.train_cfg, self.device = cfg, cfg.training, device
-        src = cfg.member(member).model
-        torch.manual_seed(cfg.training.seed)
-        self.tokenizer = AutoTokenizer.from_pretrained(src)
-        if self.tokenizer.pad_token_id is None:
-            self.tokenizer.pad_token = self.tokenizer.eos_token
-        self.pad_id = int(self.tokenizer.pad_token_id)
-        self.format = "lora" if cfg.training.lora else "full"
-        if cfg.training.lora:
-            base = AutoModelForCausalLM.from_pretrained(src, dtype=torch.float32)
-            model = lora.wrap(base, cfg.training.lora, resume_from)
-        else:
-            model = AutoModelForCausalLM.from_pretrained(str(resume_from or src), dtype=torch.float32)
-        disable_dropout_in_model(model)  # dropout would make the ratio to the sampling policy != 1 on-policy
-        self.model = model.to(device)
-        self.model.train()
-        self.ref_model: Any = None
-        if cfg.training.beta > 0 and not lora.is_peft(self.model):
-            ref: Any = AutoModelForCausalLM.from_pretrained(src, dtype=torch.float32)
-            self.ref_model = ref.to(device).eval().requires_grad_(False)
-        params = [p for p in self.model.parameters() if p.requires_grad]
-        self.params = params
-        self.optimizer = torch.optim.AdamW(
-            params, lr=cfg.training.lr, betas=cfg.training.betas, weight_decay=cfg.training.weight_decay
-        )
-
-    def _ref_logps(self, input_ids: torch.Tensor, attn: torch.Tensor, t: int) -> torch.Tensor:
-        temp = self.cfg.rounds.temperature
-        with torch.no_grad():
-            if self.ref_model is not None:
-                return response_logps(self.ref_model, input_ids, attn, t, temperature=temp, with_entropy=False)[0]
-            with self.model.disable_adapter():  # LoRA: the base weights are the reference
-                return response_logps(self.model, input_ids, attn, t, temperature=temp, with_entropy=False)[0]
-
-    def step(self, batch: GradedBatch) -> StepStats:
-        """One update (``steps_per_batch`` optimizer steps) on ``batch``."""
-        tc, t0 = self.train_cfg, time.perf_counter()
-        rewards = torch.tensor([s.reward for s in batch.samples], dtype=torch.float32)
-        adv = group_advantages(rewards, [s.group_id for s in batch.samples], scale_rewards=tc.scale_rewards)
-        kept = [i for i, k in enumerate(adv.keep.tolist()) if k]
-        mean_reward = float(rewards.mean())
-        if not kept:
-            return StepStats(
-                0.0, mean_reward, 0.0, 0.0, 0.0, None, 0.0, 0.0, time.perf_counter() - t0, 0, 0, adv.skipped_groups
-            )
-        packed = pack([batch.samples[i] for i in kept], self.pad_id)
-        advantages = adv.advantages[kept].to(self.device)
-        ids, attn = packed.input_ids.to(self.device), packed.attention_mask.to(self.device)
-        mask, old = packed.response_mask.to(self.device), packed.old_logps.to(self.device)
-        n, t = ids.size(0), packed.response_len
-        ref = self._ref_logps(ids, attn, t) if tc.beta > 0 else None
-        micro = tc.micro_batch_size or n
-        chunks = [slice(i, min(i + micro, n)) for i in range(0, n, micro)]
-        total_tokens = float(mask.sum())
-        stats: dict[str, float] = {}
-        grad_norm = torch.tensor(0.0)
-        for _ in range(tc.steps_per_batch):
-            self.optimizer.zero_grad(set_to_none=True)
-            acc = {"loss": 0.0, "clip": 0.0, "kl": 0.0, "ref_kl": 0.0, "ent": 0.0}
-            for sl in chunks:
-                logps, ent = response_logps(self.model, ids[sl], attn[sl], t, temperature=self.cfg.rounds.temperature)
-                out = policy_loss(
-                    logps,
-                    old[sl],
-                    advantages[sl],
-                    mask[sl],
-                    loss_type=tc.loss_type,
-                    epsilon_low=tc.epsilon,
-                    epsilon_high=tc.epsilon_high,
-                    beta=tc.beta,
-                    ref_logps=None if ref is None else ref[sl],
-                    max_completion_length=self.cfg.rounds.max_tokens,
-                    num_items_in_batch=total_tokens,
-                )
-                # Scale each micro-batch so their sum is the whole-batch loss of this loss type.
-                rows = sl.stop - sl.start
-                scale = 1.0 if tc.loss_type == "dapo" else (1 / len(chunks) if tc.loss_type == "bnpo" else rows / n)
-                (out.loss * scale).backward()
-                tok_share = float(mask[sl].sum()) / max(total_tokens, 1.0)
-                acc["loss"] += float(out.loss.detach()) * scale
-                acc["clip"] += out.clip_fraction * tok_share
-                acc["kl"] += out.approx_kl * tok_share
-                acc["ref_kl"] += (out.ref_kl or 0.0) * tok_share
-                assert ent is not None
-                acc["ent"] += float((ent * mask[sl]).sum()) / max(total_tokens, 1.0)
-            grad_norm = torch.nn.utils.clip_grad_norm_(self.params, tc.grad_clip)
-            self.optimizer.step()
-            stats = acc
-        seconds = time.perf_counter() - t0
-        return StepStats(
-            loss=stats["loss"],
-            mean_reward=mean_reward,
-            advantage_std=float(advantages.std()) if n > 1 else 0.0,
-            clip_fraction=stats["clip"],
-            approx_kl=stats["kl"],
-            ref_kl=stats["ref_kl"] if tc.beta > 0 else None,
-            entropy=stats["ent"],
-            grad_norm=float(grad_norm),
-            seconds=seconds,
-            tokens=packed.tokens * tc.steps_per_batch,
-            sequences=n,
-            groups_skipped=adv.skipped_groups,
-        )
 
 
 class Trainer:
@@ -197,7 +54,14 @@ class Trainer:
         if mcfg.role != "trained":
             raise ValueError(f"member {member!r} is frozen: it has no trainer")
         self.metrics = metrics or TrainerMetrics(member)
-        self.redis = redis_client or redis.Redis.from_url(cfg.redis_url, socket_timeout=30.0)
+        self.redis = redis_client or redis.Redis.from_url(
+            cfg.redis_url,
+            socket_timeout=30.0,
+            socket_connect_timeout=5.0,
+            # A Redis restart or failover is retried with backoff instead of killing the trainer.
+            retry=Retry(ExponentialBackoff(cap=10.0, base=0.1), retries=8),
+            retry_on_error=[redis.ConnectionError, redis.TimeoutError],
+        )
         self.http = http or httpx.Client(timeout=httpx.Timeout(self.settings.http_timeout_s, connect=5.0))
         self.stream = BatchStream(self.redis, cfg.run_id, member, self.settings.consumer_name(member))
         self.store = WeightsStore(cfg.weights_dir, member, keep=cfg.training.keep_versions)
@@ -242,9 +106,9 @@ class Trainer:
         self.stream.claim_dead(self.settings.claim_idle_ms)
         self._last_claim = time.monotonic()
         newest = max(self.store.latest_version(), self.stream.published_version())
-        if newest > self.state.weight_version:
-            # Versions newer than the checkpoint came from steps lost in a crash: the servers must move
-            # to this lineage, under a fresh, higher version number.
+        if newest > self.state.weight_version or (newest and newest not in self.store.versions()):
+            # Versions newer than the checkpoint came from steps lost in a crash (or the newest folder is
+            # gone): the servers must move to this lineage, under a fresh, higher version number.
             log.info(
                 "published version %d is newer than the checkpoint's %d: republishing",
                 newest,
@@ -275,7 +139,12 @@ class Trainer:
         """Train until stopped, until the global step reaches ``max_steps``, or idle for ``idle_exit_s``."""
         idle_since = time.monotonic()
         while not self._stop and (max_steps is None or self.state.step < max_steps):
-            entry = self.stream.next(self.settings.block_ms)
+            # Work not yet durable is flushed after a short idle wait: the aggregator's back-pressure
+            # counts our pending entries, so sitting on them would stall the next round.
+            dirty = bool(self._uncommitted or self._unpublished)
+            entry = self.stream.next(
+                min(self.settings.flush_idle_ms, self.settings.block_ms) if dirty else self.settings.block_ms
+            )
             if entry is None:
                 self._on_idle()
                 if idle_exit_s is not None and time.monotonic() - idle_since > idle_exit_s:
@@ -326,17 +195,26 @@ class Trainer:
         self._uncommitted.append((entry.entry_id, batch.batch_id))
         self._unpublished += 1 if stats.sequences else 0
         self._record(stats)
-        log.info(
-            "step %d batch %s: loss %.4f reward %.3f kl %.4f clip %.3f %.2fs %.0f tok/s",
-            self.state.step,
-            batch.batch_id,
-            stats.loss,
-            stats.mean_reward,
-            stats.approx_kl,
-            stats.clip_fraction,
-            stats.seconds,
-            stats.tokens_per_second,
-        )
+        if not stats.sequences:
+            log.info(
+                "step %d batch %s: no signal (all %d groups have equal rewards, mean %.3f): no update",
+                self.state.step,
+                batch.batch_id,
+                stats.groups_skipped,
+                stats.mean_reward,
+            )
+        else:
+            log.info(
+                "step %d batch %s: loss %.4f reward %.3f kl %.4f clip %.3f %.2fs %.0f tok/s",
+                self.state.step,
+                batch.batch_id,
+                stats.loss,
+                stats.mean_reward,
+                stats.approx_kl,
+                stats.clip_fraction,
+                stats.seconds,
+                stats.tokens_per_second,
+            )
         if self._unpublished >= self.cfg.training.publish_every:
             self.publish()
         if len({b for _, b in self._uncommitted if b}) >= self.cfg.training.checkpoint_every:

@@ -25,7 +25,10 @@ class TrainerSettings(BaseSettings):
     )
     device: str = Field(default="auto", description="'auto' (cuda when available), 'cpu', 'cuda', 'cuda:1', ...")
     threads: int | None = Field(default=None, ge=1, description="torch CPU threads.")
-    block_ms: int = Field(default=1000, ge=1, description="XREADGROUP block; an idle read flushes unacked steps.")
+    block_ms: int = Field(default=1000, ge=1, description="XREADGROUP block while there is nothing to flush.")
+    flush_idle_ms: int = Field(
+        default=200, ge=1, description="With unpublished or unacknowledged steps: flush after this long idle."
+    )
     claim_idle_ms: int = Field(default=60_000, ge=0, description="Pending entries idle this long are reclaimed.")
     claim_every_s: float = Field(default=30.0, gt=0)
     sync_every_s: float = Field(default=15.0, gt=0, description="Check replicas' weight_version this often when idle.")

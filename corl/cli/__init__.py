@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import typer
 
-from . import cohort, evaluate, experiment, proto, run, serve, train
+from . import cohort, evaluate, experiment, proto, run, serve, serve_aggregator, train
 
 app = typer.Typer(help="Peer-rewarded cohort training.", no_args_is_help=True, add_completion=False)
 app.add_typer(cohort.app, name="cohort", help="Build and inspect cohorts.")
+serve.app.command("aggregator", help="Run the reward aggregator of a run.")(serve_aggregator.aggregator)
 app.add_typer(serve.app, name="serve", help="Run a service (model server, aggregator).")
 app.add_typer(proto.app, name="proto", help="The wire contract's exported schemas.")
 app.command("eval", help="Evaluate every member of a cohort on the task's held-out split.")(evaluate.eval_cohort)

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 app = typer.Typer(no_args_is_help=True)
 
@@ -29,11 +32,44 @@ def init(
     threads: Annotated[int, typer.Option(help="torch threads per member.")] = 1,
 ) -> None:
     """Build, warm up and save every member; write cohort.json and print it as a table."""
+    from rich.console import Console
+
+    overrides = {
+        k: v for k, v in {"band": band, "max_steps": max_steps, "check_every": check_every}.items() if v is not None
+    }
+    build_with_progress(
+        out, Console(), preset=preset, seed=seed, task=task, members=member, overrides=overrides,
+        jobs=jobs, threads=threads,
+    )
+
+
+def ensure_cohort(cohort: Path, console: Console, preset: str = "tiny", jobs: int = 2) -> None:
+    """Build ``preset`` into ``cohort`` unless a cohort (``cohort.json``) is already there."""
+    if (cohort / "cohort.json").is_file():
+        console.print(f"cohort: {cohort}")
+        return
+    console.print(f"no cohort at {cohort}: building the '{preset}' preset (a few minutes on 2 cores)")
+    build_with_progress(cohort, console, preset=preset, jobs=jobs)
+
+
+def build_with_progress(
+    out: Path,
+    console: Console,
+    *,
+    preset: str = "tiny",
+    seed: int = 0,
+    task: str = "addition",
+    members: list[str] | None = None,
+    overrides: dict[str, Any] | None = None,
+    jobs: int = 2,
+    threads: int = 1,
+) -> None:
+    """``corl.cohort.build.build_cohort`` with a progress bar per member and the manifest table."""
     import logging
 
     import torch
-    from rich.console import Console
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+    from transformers.utils import logging as hf_logging
 
     from corl.cohort.build import build_cohort
     from corl.cohort.manifest import manifest_table
@@ -42,26 +78,19 @@ def init(
     torch.set_num_threads(threads)
     # transformers warns once per member about its reference Mamba kernels and padding; not actionable here.
     logging.getLogger("transformers").setLevel(logging.ERROR)
-    from transformers.utils import logging as hf_logging
-
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
-
-    console = Console()
     try:
         p = get_preset(preset)
     except ValueError as err:
         raise typer.BadParameter(str(err), param_hint="--preset") from None
-    overrides = {
-        k: v for k, v in {"band": band, "max_steps": max_steps, "check_every": check_every}.items() if v is not None
-    }
-    limit = overrides.get("max_steps", p.warmup.max_steps)
+    limit = int((overrides or {}).get("max_steps", p.warmup.max_steps))
     columns = (
         TextColumn("{task.description:<8}"), BarColumn(), TextColumn("step {task.completed:>4.0f}"),
         TextColumn("{task.fields[status]}"), TimeElapsedColumn(),
     )
     with Progress(*columns, console=console) as progress:
-        bars: dict[str, int] = {}
+        bars: dict[str, TaskID] = {}
 
         def report(name: str, event: str, step: int, value: float) -> None:
             if event == "start":
@@ -75,8 +104,8 @@ def init(
 
         try:
             manifest = build_cohort(
-                out, p, seed=seed, task_name=task, warmup_overrides=overrides, members=member, progress=report,
-                jobs=jobs, threads=threads,
+                out, p, seed=seed, task_name=task, warmup_overrides=overrides, members=members,
+                progress=report, jobs=jobs, threads=threads,
             )
         except ValueError as err:
             raise typer.BadParameter(str(err)) from None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import typer
@@ -26,6 +27,7 @@ def train(
     THREADS, BLOCK_MS, ...); the servers' admin token from CORL_ADMIN_TOKEN.
     """
     setup_logging()
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per weight push is logged by the trainer
     from rich.console import Console
 
     from corl.config import ConfigError, load_config

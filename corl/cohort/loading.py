@@ -28,7 +28,7 @@ def load_member(
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"
     model = AutoModelForCausalLM.from_pretrained(src, dtype=dtype or torch.float32)
-    model.to(device)
+    model.to(device)  # type: ignore[arg-type]  # transformers types .to() through a decorator
     model.eval()
     return model, tokenizer
 

@@ -3,7 +3,10 @@ member, as local processes; live progress; a run directory with logs, metrics an
 
 from __future__ import annotations
 
+import copy
 import logging
+import os
+import secrets
 import shutil
 import time
 from dataclasses import dataclass
@@ -16,7 +19,7 @@ from rich.live import Live
 
 from corl import redis_keys
 from corl.config import CohortConfig, dump_config
-from corl.proto import GenerateRequest, GenerateResponse, InfoResponse
+from corl.proto import GenerateRequest, GenerateResponse, InfoResponse, RunStats
 from corl.redis_server import LocalRedis, free_port
 from corl.tasks import Example, get_task
 
@@ -111,8 +114,7 @@ class RunMonitor:
 
     def snapshot(self, force_eval: bool = False) -> RunSnapshot:
         stats = self._stats()
-        rounds = int(stats.get("rounds_completed", 0))
-        members_stats = stats.get("members", {})
+        latest = stats.rounds[-1].members if stats and stats.rounds else {}
         for m in self.cfg.members:
             snap = self.last[m.name]
             server = m.servers[0]
@@ -121,12 +123,11 @@ class RunMonitor:
                 snap.weight_version = info.weight_version
             except (httpx.HTTPError, ValueError):
                 pass
-            ms = members_stats.get(m.name, {})
-            latest = ms.get("latest") or {}
-            snap.mean_reward = latest.get("mean_reward", snap.mean_reward)
-            snap.distinct_answers = latest.get("distinct_answers", snap.distinct_answers)
-            snap.label_rate = latest.get("label_rate", snap.label_rate)
-            snap.collapse_alarm = bool(ms.get("collapse_alarm", snap.collapse_alarm))
+            if m.name in latest:
+                snap.mean_reward = latest[m.name].mean_reward
+                snap.distinct_answers = latest[m.name].distinct_answers
+                snap.label_rate = latest[m.name].label_rate
+            snap.collapse_alarm = bool(stats and m.name in stats.collapse)
             snap.backlog = self.backlog(m.name) if m.role == "trained" else None
             due = snap.accuracy_version is None or (
                 snap.weight_version is not None and snap.weight_version >= snap.accuracy_version + self.opts.eval_every
@@ -136,14 +137,15 @@ class RunMonitor:
                     snap.accuracy, snap.accuracy_version = self.accuracy(server)
                 except httpx.HTTPError as err:
                     log.warning("held-out eval of %s failed: %s", m.name, err)
-        return RunSnapshot(elapsed_s=time.monotonic() - self.t0, rounds=rounds, members=dict(self.last))
+        rounds = stats.next_round if stats else 0
+        return RunSnapshot(elapsed_s=time.monotonic() - self.t0, rounds=rounds, members=copy.deepcopy(self.last))
 
-    def _stats(self) -> dict:
+    def _stats(self) -> RunStats | None:
         try:
-            r = self.http.get(f"{self.agg_url}/v1/runs/{self.cfg.run_id}/stats")
-            return r.json() if r.status_code == 200 else {}
+            r = self.http.get(f"{self.agg_url}/v1/runs/{self.cfg.run_id}/stats", params={"last": 1})
+            return RunStats.model_validate_json(r.content) if r.status_code == 200 else None
         except (httpx.HTTPError, ValueError):
-            return {}
+            return None
 
 
 def _drained(snap: RunSnapshot, cfg: CohortConfig, target: int | None) -> bool:
@@ -155,7 +157,9 @@ def _drained(snap: RunSnapshot, cfg: CohortConfig, target: int | None) -> bool:
 def run_embedded(cfg: CohortConfig, run_dir: Path, opts: RunOptions, console: Console | None = None) -> RunResult:
     """Run the loop until ``opts.rounds`` rounds are produced and trained on (or Ctrl-C)."""
     console = console or Console()
-    group = ProcessGroup(run_dir / "logs", env={"CORL_LOG_LEVEL": "INFO"})
+    # One admin token per run: trainers use it to push weights into the servers.
+    token = os.environ.get("CORL_ADMIN_TOKEN") or secrets.token_urlsafe(24)
+    group = ProcessGroup(run_dir / "logs", env={"CORL_LOG_LEVEL": "INFO", "CORL_ADMIN_TOKEN": token})
     history = MetricsHistory(run_dir / "metrics.jsonl")
     monitor: RunMonitor | None = None
     snap = RunSnapshot(elapsed_s=0.0, rounds=0)

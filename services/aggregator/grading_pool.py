@@ -88,7 +88,10 @@ class GradingPool:
         record = json.dumps({"mode": reg.mode, "url": reg.url, "token_sha256": token_hash(token)})
         if not await self.redis.hsetnx(keys.graders(self.run), reg.name, record):
             raise Conflict(f"grader {reg.name!r} is already registered", field="name")
-        await self.redis.hset(keys.grader_tokens(self.run), token_hash(token), reg.name)
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.hset(keys.grader_tokens(self.run), token_hash(token), reg.name)
+        pipe.hset(keys.graders_seen(self.run), reg.name, repr(time.time()))
+        await pipe.execute()
         self.reliability.register(reg.name, probation=True)
         return GraderRegistered(name=reg.name, mode=reg.mode, token=token, weight=self.reliability.weight(reg.name))
 
@@ -173,8 +176,8 @@ class GradingPool:
         now = time.time()
         tasks = []
         for tid, h in zip(ids, await pipe.execute(), strict=True):
-            if not h or float(h[b"deadline"]) <= now:
-                continue  # dropped: past its deadline
+            if not h or float(h[b"deadline"]) <= now or b"done" in h:
+                continue  # dropped (past its deadline) or already answered
             tasks.append(GradingTask(task_id=tid, prompt=h[b"prompt"].decode(), response=h[b"response"].decode(),
                                      deadline=float(h[b"deadline"])))
         if tasks:
@@ -205,9 +208,10 @@ class GradingPool:
             pipe.hsetnx(rk, f"{r.task_id}:{grader}", repr(r.score))
             pipe.expire(rk, int(self.settings.pull_deadline_s) + 3600)
             pipe.zrem(keys.grading_leases(self.run, grader), r.task_id)
+            pipe.hset(keys.grading_task(self.run, r.task_id), "done", 1)
             writes.append(r)
         replies = await pipe.execute() if writes else []
-        accepted = sum(int(x) for x in replies[0::3])
+        accepted = sum(int(x) for x in replies[0::4])
         dupes = len(writes) - accepted
         self.metrics.grading_results.labels("accepted").inc(accepted)
         self.metrics.grading_results.labels("duplicate").inc(dupes)

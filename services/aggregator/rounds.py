@@ -1,8 +1,10 @@
 """The round driver: prompts -> G samples from every member -> peer rewards -> one graded batch per
 trained member, appended to its Redis stream.
 
-Rounds overlap training (the driver never waits for trainers) but respect back-pressure: a trained
-member whose stream holds ``rounds.max_pending_batches`` unconsumed batches gets no new batch (its
+Rounds overlap training (the driver does not wait for a step to finish) but respect back-pressure:
+a trained member whose stream holds ``rounds.max_pending_batches`` unconsumed batches gets no new
+batch. With ``rounds.backpressure: wait`` (default) the next round waits until every trainer has
+room, so all members train on the same rounds; with ``skip`` the full member misses the round (its
 samples still vote for its peers). A member that fails is left out of the round; with fewer than
 ``rounds.min_quorum`` members answering, the round is retried later with the same prompts. All of
 a round's writes are one atomic, idempotent commit (see store.py), after which the round counter,
@@ -131,7 +133,9 @@ class RoundDriver:
         for name, n in pending.items():
             m.unconsumed.labels(name).set(n)
         open_ = [name for name in self._trained if pending[name] < rc.max_pending_batches]
-        if not open_:
+        # "wait": no member skips a round, so every trainer sees the same prompts (equal budgets);
+        # "skip": a member whose trainer is behind misses rounds while the others go on.
+        if not open_ or (rc.backpressure == "wait" and len(open_) < len(self._trained)):
             m.rounds.labels("backpressure").inc()
             return RoundResult(r, "backpressure")
         examples = await self.source.take(cursor, rc.prompts_per_round)

@@ -26,9 +26,11 @@ log = logging.getLogger(__name__)
 def _build_backend(settings: ServerSettings) -> Backend:
     if not settings.model_dir:
         raise ValueError("no model directory: pass --model or set CORL_MODEL_DIR")
-    options: dict[str, object] = {"device": settings.device}
-    if settings.num_threads:
-        options["num_threads"] = settings.num_threads
+    options: dict[str, object] = {}
+    if settings.backend == "transformers":
+        options["device"] = settings.device
+        if settings.num_threads:
+            options["num_threads"] = settings.num_threads
     return create_backend(
         settings.backend,
         model_dir=settings.model_dir,

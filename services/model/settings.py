@@ -13,7 +13,7 @@ class BatchingSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    window_ms: float = Field(default=5.0, ge=0.0, description="Under load, wait this long for more requests to merge.")
+    window_ms: float = Field(default=50.0, ge=0.0, description="Under load, wait this long for more requests to merge.")
     max_sequences: int = Field(default=1024, ge=1, description="Cap on prompts x n in one backend call.")
 
 

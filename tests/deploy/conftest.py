@@ -22,7 +22,8 @@ from .support import CHART, ROOT
 
 
 def _find_helm() -> str | None:
-    for candidate in (os.environ.get("CORL_HELM"), str(ROOT / ".cache" / "helm" / "helm"), shutil.which("helm")):
+    cache = Path(os.environ.get("CORL_HELM_CACHE") or ROOT / ".cache" / "helm")
+    for candidate in (os.environ.get("CORL_HELM"), str(cache / "helm"), shutil.which("helm")):
         if candidate and Path(candidate).is_file() and os.access(candidate, os.X_OK):
             return candidate
     return None
@@ -34,7 +35,7 @@ def helm() -> str:
     path = _find_helm()
     if path is None:
         pytest.fail(
-            "no helm binary: run `scripts/fetch_helm.sh` (caches a static helm v4 under .cache/helm/), "
+            "no helm binary: run `.ci/helm.sh` (caches a static helm v4 under .cache/helm/), "
             "or set CORL_HELM=/path/to/helm"
         )
     out = subprocess.run([path, "version", "--short"], capture_output=True, text=True, timeout=60)

@@ -15,7 +15,7 @@ import yaml
 from corl.config import load_config, parse_config
 
 from .conftest import Render
-from .support import CHART, venv_tool
+from .support import CHART, role_of, settings_class, unknown_env, venv_tool
 
 K8S_VERSIONS = ["1.27.0", "1.37.0"]  # the chart's kubeVersion floor, and the newest schemas shipped
 
@@ -382,3 +382,32 @@ def test_install_notes_render(helm: str, tmp_path: Path) -> None:
     notes = out.stdout.split("NOTES:", 1)[1]
     assert "big: 2 x vllm server(s) + trainer" in notes and "judge: 1 x transformers server(s) (frozen)" in notes
     assert "https://corl.test/" in notes
+
+
+def test_values_schema_is_a_valid_json_schema() -> None:
+    out = subprocess.run(
+        [venv_tool("check-jsonschema"), "--check-metaschema", str(CHART / "values.schema.json")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_every_corl_env_var_is_a_setting_of_the_service(render: Render, case: str) -> None:
+    """pydantic-settings ignores unknown CORL_* variables: a typo would silently do nothing."""
+    checked = 0
+    for obj in render(CASES[case]):
+        if obj["kind"] not in ("Deployment", "StatefulSet"):
+            continue
+        for c in containers(obj):
+            role = role_of([str(a) for a in c.get("args", [])])
+            if role is None:
+                continue
+            env = {k: str(v) for k, v in env_of(c).items()}
+            bad = unknown_env(settings_class(role), env)
+            assert not bad, f"{obj['metadata']['name']}: {bad} are not settings of {role.settings_class}"
+            checked += 1
+    members = members_of(CASES[case])
+    assert checked == len(members) + sum(m.get("role", "trained") == "trained" for m in members) + 1

@@ -166,7 +166,7 @@ def test_every_loss_type_trains_with_micro_batches(
 def test_micro_batches_give_the_whole_batch_gradient(
     tmp_path: Path, tiny_model_dir: Path, redis_url: str, loss_type: str
 ) -> None:
-    from corl.trainer.loop import PolicyTrainer
+    from corl.trainer.policy import PolicyTrainer
 
     (batch,) = make_batches(tiny_model_dir, "mb", 1, prompts=3)
     deltas = []
@@ -215,3 +215,19 @@ def test_metrics_endpoint_serves_trainer_metrics(
     ):
         assert f'corl_trainer_{name}{{member="a"' in text, name
     assert 'corl_trainer_stream_backlog_batches{member="a"} 1.0' in text
+
+
+def test_batch_without_signal_is_acked_without_update_or_publish(
+    tmp_path: Path, tiny_model_dir: Path, redis_url: str, client: redis.Redis, run_id: str
+) -> None:
+    cfg = make_config(tmp_path, tiny_model_dir, redis_url, run_id)
+    (batch,) = make_batches(tiny_model_dir, run_id, 1, prompts=3)
+    flat = batch.model_copy(update={"samples": [s.model_copy(update={"reward": 1.0}) for s in batch.samples]})
+    xadd(client, flat)
+    trainer = _trainer(cfg)
+    state = trainer.run(idle_exit_s=0.2)
+    trainer.close()
+    assert (state.step, state.optimizer_steps, state.weight_version) == (1, 0, 0)
+    assert not list((tmp_path / "weights" / "a").glob("v*"))
+    assert _value(trainer.metrics, "corl_trainer_groups_skipped_total") == 3
+    assert pending_count(client, run_id) == 0 and applied_ids(client, run_id) == {batch.batch_id}

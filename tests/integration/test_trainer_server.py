@@ -39,6 +39,7 @@ def _info_version(url: str) -> int:
     return int(httpx.get(f"{url}/v1/info", timeout=10).json()["weight_version"])
 
 
+@pytest.mark.slow
 def test_published_weights_are_served(tmp_path: Path, tiny_model_dir: Path, redis_url: str) -> None:
     pytest.importorskip("corl.services.model.testing")
     from corl.services.model.settings import ServerSettings

@@ -11,6 +11,7 @@ import time
 import uuid
 from pathlib import Path
 
+import pytest
 import redis
 from corl.trainer.checkpoint import Checkpointer
 from test_trainer_helpers import applied_ids, make_batches, make_config, xadd
@@ -63,6 +64,7 @@ def _check_applied_or_pending(client: redis.Redis, run_id: str, produced: dict[s
     return acked, unacked
 
 
+@pytest.mark.slow
 def test_sigkill_mid_run_then_restart(tmp_path: Path, tiny_model_dir: Path, redis_url: str) -> None:
     run_id = "k" + uuid.uuid4().hex[:10]
     client = redis.Redis.from_url(redis_url)
@@ -100,3 +102,25 @@ def test_sigkill_mid_run_then_restart(tmp_path: Path, tiny_model_dir: Path, redi
     assert after >= before + (N_BATCHES - killed_state.step)
     log = (tmp_path / "trainer.log").read_text()
     assert "republishing" in log or killed_state.weight_version == before
+
+
+@pytest.mark.slow
+def test_sigterm_flushes_and_exits_cleanly(tmp_path: Path, tiny_model_dir: Path, redis_url: str) -> None:
+    run_id = "g" + uuid.uuid4().hex[:10]
+    client = redis.Redis.from_url(redis_url)
+    cfg = make_config(tmp_path, tiny_model_dir, redis_url, run_id, checkpoint_every=100)
+    config = tmp_path / "cohort.yaml"
+    dump_config(cfg, config)
+    produced = {xadd(client, b): b.batch_id for b in make_batches(tiny_model_dir, run_id, 6)}
+    proc = _start(config)
+    deadline = time.monotonic() + 180
+    while _published(client, run_id) < 2:
+        assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "trainer.log").read_text()[-3000:]
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(60) == 0
+    acked, _ = _check_applied_or_pending(client, run_id, produced)
+    stream = redis_keys.batches_stream(run_id, "a")
+    assert client.xpending(stream, redis_keys.TRAINER_GROUP)["pending"] == 0  # everything it took is durable
+    state = Checkpointer.load_state(Checkpointer(cfg.checkpoints_dir, "a").latest())  # type: ignore[arg-type]
+    assert state.step == len(acked) >= 2 and state.weight_version == _published(client, run_id)

@@ -115,8 +115,9 @@ async def test_transient_503_is_retried(redis_url: str) -> None:
     assert res.written == ["a", "b"] and cohort.members["a"].calls == 2
 
 
-async def test_back_pressure_holds_batches_until_the_trainer_consumes(redis_url: str) -> None:
-    cfg = make_config(["a", "b"], max_pending_batches=2)
+@pytest.mark.parametrize("policy", ["skip", "wait"])
+async def test_back_pressure_holds_batches_until_the_trainer_consumes(redis_url: str, policy: str) -> None:
+    cfg = make_config(["a", "b"], max_pending_batches=2, backpressure=policy)
     cohort = FakeCohort.of("a", "b")
     r = sync_redis(redis_url)
     stream_a = keys.batches_stream(cfg.run_id, "a")
@@ -126,9 +127,13 @@ async def test_back_pressure_holds_batches_until_the_trainer_consumes(redis_url:
         (_, [(entry_id, _)]), = r.xreadgroup(keys.TRAINER_GROUP, "t-a", {stream_a: ">"}, count=1)
         r.xack(stream_a, keys.TRAINER_GROUP, entry_id)
         res = await svc.driver.run_round()
-        assert (res.status, res.written) == ("ok", ["a"])
-        assert (await svc.driver.run_round()).status == "backpressure"
-    assert len(read_batches(redis_url, cfg, "a")) == 3 and len(read_batches(redis_url, cfg, "b")) == 2
+        if policy == "skip":  # "a" goes on alone, then it is full too
+            assert (res.status, res.written) == ("ok", ["a"])
+            assert (await svc.driver.run_round()).status == "backpressure"
+        else:  # the round waits for "b"'s trainer, so both keep the same rounds
+            assert res.status == "backpressure"
+    expected_a = 3 if policy == "skip" else 2
+    assert len(read_batches(redis_url, cfg, "a")) == expected_a and len(read_batches(redis_url, cfg, "b")) == 2
 
 
 async def test_retried_round_adds_no_duplicate(redis_url: str) -> None:

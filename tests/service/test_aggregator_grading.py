@@ -87,17 +87,22 @@ async def test_pull_grader_leases_tasks_and_results_are_idempotent(redis_url: st
 
 async def test_unanswered_lease_is_reoffered_then_dropped_after_the_deadline(redis_url: str) -> None:
     cfg = make_config(["a", "b"])
-    async with aggregator(cfg, FakeCohort.of("a", "b"), redis_url, grading={"lease_s": 0.2}) as (svc, client):
+    async with aggregator(cfg, FakeCohort.of("a", "b"), redis_url, grading={"lease_s": 0.5}) as (svc, client):
         token = await register(client, "slowpoke", "pull")
-        await svc.pool.offer(7, "slowpoke", [("01+02=", "3"), ("02+02=", "5")], time.time() + 1.0)
+        await svc.pool.offer(7, "slowpoke", [("01+02=", "3"), ("02+02=", "5")], deadline := time.time() + 2.5)
         first = (await client.get("/v1/grading/tasks", params={"max": 1}, headers=auth(token))).json()["tasks"]
         second = (await client.get("/v1/grading/tasks", params={"max": 5}, headers=auth(token))).json()["tasks"]
         assert [t["task_id"] for t in first] == ["r7.slowpoke.0"]
         assert [t["task_id"] for t in second] == ["r7.slowpoke.1"]
-        await asyncio.sleep(0.3)  # leases expired: both are offered again
+        await asyncio.sleep(0.6)  # leases expired: both are offered again
         again = (await client.get("/v1/grading/tasks", params={"max": 5, "wait": 0.5}, headers=auth(token))).json()
         assert sorted(t["task_id"] for t in again["tasks"]) == ["r7.slowpoke.0", "r7.slowpoke.1"]
-        await asyncio.sleep(1.0)  # past the deadline: dropped, not offered
+        answer = {"results": [{"task_id": "r7.slowpoke.0", "score": 0.0}]}
+        assert (await client.post("/v1/grading/results", json=answer, headers=auth(token))).json()["accepted"] == 1
+        await asyncio.sleep(0.6)  # only the unanswered task comes back
+        third = (await client.get("/v1/grading/tasks", params={"max": 5}, headers=auth(token))).json()["tasks"]
+        assert [t["task_id"] for t in third] == ["r7.slowpoke.1"]
+        await asyncio.sleep(max(0.0, deadline - time.time()) + 0.1)  # past the deadline: dropped, not offered
         t0 = time.monotonic()
         gone = (await client.get("/v1/grading/tasks", params={"max": 5, "wait": 0.5}, headers=auth(token))).json()
         assert gone == {"tasks": []} and time.monotonic() - t0 >= 0.4  # the long poll waited
@@ -167,3 +172,16 @@ async def test_hostile_graders_barely_move_rewards(redis_url: str, combine: str)
 
 def test_keys_of_the_pool_live_under_the_run() -> None:
     assert keys.grading_task("r", "t").startswith("corl:r:") and keys.grader_tokens("r").startswith("corl:r:")
+
+
+async def test_a_silent_pull_grader_gets_no_tasks_and_does_not_hold_rounds(redis_url: str) -> None:
+    cfg = make_config(["a", "b"], reward=JUDGE)
+    async with aggregator(cfg, FakeCohort.of("a", "b"), redis_url,
+                          grading={"pull_active_s": 0.2, "pull_deadline_s": 30}) as (svc, client):
+        token = await register(client, "ghost", "pull")
+        await asyncio.sleep(0.3)  # registered, then silent
+        t0 = time.monotonic()
+        assert (await svc.driver.run_round()).status == "ok"
+        assert time.monotonic() - t0 < 5
+        tasks = (await client.get("/v1/grading/tasks", params={"max": 100}, headers=auth(token))).json()["tasks"]
+    assert tasks == []

@@ -103,6 +103,7 @@ def test_cli_init_and_eval(tmp_path: Path) -> None:
     assert res.exit_code != 0 and "cohort init" in res.output
 
 
+@pytest.mark.slow  # two spawned processes import torch + transformers: ~10-25 s on 2 cores
 def test_parallel_build_matches_sequential(micro_cohort: Path, tmp_path: Path) -> None:
     """Two members built in two processes end up exactly as when built one after another."""
     from safetensors.torch import load_file
@@ -119,3 +120,16 @@ def test_parallel_build_matches_sequential(micro_cohort: Path, tmp_path: Path) -
         a = load_file(tmp_path / m.path / "model.safetensors")
         b = load_file(micro_cohort / s.path / "model.safetensors")
         assert a.keys() == b.keys() and all((a[k] == b[k]).all() for k in a)
+
+
+def test_ensure_cohort_builds_only_when_missing(micro_cohort: Path, tmp_path: Path) -> None:
+    from rich.console import Console
+
+    from corl.cli.cohort import ensure_cohort
+
+    before = (micro_cohort / "cohort.json").stat().st_mtime_ns
+    ensure_cohort(micro_cohort, Console(quiet=True), preset="micro")
+    assert (micro_cohort / "cohort.json").stat().st_mtime_ns == before
+    fresh = tmp_path / "fresh"
+    ensure_cohort(fresh, Console(quiet=True), preset="micro", jobs=1)
+    assert [m.name for m in read_manifest(fresh).members] == ["gpt2", "llama"]

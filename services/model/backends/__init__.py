@@ -18,5 +18,5 @@ def create_backend(kind: str, *, model_dir: str, name: str, initial_version: int
     if kind == "vllm":
         from .vllm import VLLMBackend  # type: ignore[import-not-found,unused-ignore]
 
-        return VLLMBackend(model_dir=model_dir, name=name, initial_version=initial_version, **options)  # type: ignore[no-any-return,unused-ignore]
+        return VLLMBackend(model_dir=model_dir, name=name, initial_version=initial_version, **options)  # type: ignore[no-any-return,arg-type,unused-ignore]
     raise ValueError(f"unknown backend {kind!r}; known: transformers, vllm")

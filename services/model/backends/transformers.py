@@ -121,7 +121,7 @@ class TransformersBackend(Backend):
         if self._num_threads:
             torch.set_num_threads(self._num_threads)
         self._tokenizer = AutoTokenizer.from_pretrained(self._model_dir)
-        model = AutoModelForCausalLM.from_pretrained(self._model_dir).to(self._device).eval()
+        model = AutoModelForCausalLM.from_pretrained(self._model_dir).to(self._device).eval()  # type: ignore[arg-type]
         self._family = str(model.config.model_type)
         self._parameters = sum(p.numel() for p in model.parameters())
         self._max_len = getattr(model.config, "n_positions", None) or getattr(

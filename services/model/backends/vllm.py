@@ -40,6 +40,7 @@ from typing import Any
 
 from corl import weights_store
 
+from ..errors import InvalidInputError
 from .base import (
     Backend,
     BackendError,
@@ -250,20 +251,24 @@ class VLLMBackend(Backend):
     # --- inference ----------------------------------------------------------------------------
     async def generate(self, prompts: Sequence[str], params: SamplingParams) -> GenerateOutput:
         from vllm import SamplingParams as VSamplingParams
+        from vllm.exceptions import VLLMValidationError
         from vllm.sampling_params import RequestOutputKind
 
         greedy = params.temperature == 0.0
-        # vLLM refuses n > 1 when greedy; greedy samples are identical, so decode once and repeat.
-        sp = VSamplingParams(
-            n=1 if greedy else params.n,
-            max_tokens=params.max_tokens,
-            temperature=params.temperature,
-            top_p=params.top_p,
-            seed=params.seed,
-            logprobs=0,
-            detokenize=False,
-            output_kind=RequestOutputKind.FINAL_ONLY,
-        )
+        try:
+            # vLLM refuses n > 1 when greedy; greedy samples are identical, so decode once and repeat.
+            sp = VSamplingParams(
+                n=1 if greedy else params.n,
+                max_tokens=params.max_tokens,
+                temperature=params.temperature,
+                top_p=params.top_p,
+                seed=params.seed,
+                logprobs=0,
+                detokenize=False,
+                output_kind=RequestOutputKind.FINAL_ONLY,
+            )
+        except VLLMValidationError as err:  # e.g. vLLM caps temperature at 2: the caller's input, 422
+            raise InvalidInputError(getattr(err, "parameter", None) or "body", f"vLLM backend: {err}") from None
         ids = [self._tokenizer.encode(p, add_special_tokens=False) for p in prompts]
         async with self._admitted() as serving:
             finals = await self._engine.run(self._run_all(ids, sp, serving.lora))

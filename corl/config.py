@@ -48,7 +48,9 @@ class RoundsConfig(_Section):
     temperature: float = Field(default=1.0, gt=0.0)
     top_p: float = Field(default=1.0, gt=0.0, le=1.0)
     prompt_source: PromptSource = PromptSource()
-    max_pending_batches: int = Field(default=2, ge=1, description="Back-pressure: unconsumed batches per member.")
+    max_pending_batches: int = Field(
+        default=2, ge=1, description="Back-pressure: batches per member stream not yet delivered to its trainer."
+    )
     backpressure: Literal["wait", "skip"] = Field(
         default="wait",
         description="wait: hold the next round until every trainer is below max_pending_batches; "
@@ -89,7 +91,7 @@ class LoraConfig(_Section):
 
 class TrainingConfig(_Section):
     loss_type: Literal["grpo", "dr_grpo", "dapo", "bnpo"] = "grpo"
-    lr: float = Field(default=2e-4, gt=0)
+    lr: float = Field(default=5e-5, gt=0, description="AdamW learning rate (2e-4 made peer_label collapse here).")
     betas: tuple[float, float] = (0.9, 0.99)
     weight_decay: float = Field(default=0.0, ge=0)
     grad_clip: float = Field(default=1.0, gt=0)
@@ -103,7 +105,7 @@ class TrainingConfig(_Section):
     )
     publish_every: int = Field(default=1, ge=1)
     keep_versions: int = Field(default=3, ge=1)
-    max_staleness: int = Field(default=2, ge=0, description="Drop batches generated more than K versions ago.")
+    max_staleness: int = Field(default=3, ge=0, description="Drop batches generated more than K versions ago.")
     checkpoint_every: int = Field(default=5, ge=1)
     lora: LoraConfig | None = None
     seed: int = 0

@@ -22,11 +22,13 @@ def experiment(
     """Writes summary.csv, results.md and accuracy/diversity PNGs into OUT."""
     from rich.console import Console
 
+    from corl.embedded.processes import exit_on_sigterm
     from corl.experiment.runner import ExperimentOptions, run_experiment
 
     from .cohort import ensure_cohort
 
     setup_logging("WARNING")
+    exit_on_sigterm()
     console = Console()
     ensure_cohort(cohort, console)
     opts = ExperimentOptions(

@@ -23,12 +23,13 @@ def run(
 
     from corl.config import ConfigError, load_config
     from corl.embedded.config import embedded_config
-    from corl.embedded.processes import ChildDied
+    from corl.embedded.processes import ChildDied, exit_on_sigterm
     from corl.embedded.run import RunOptions, run_embedded, start_redis
 
     from .cohort import ensure_cohort
 
     setup_logging("WARNING")
+    exit_on_sigterm()
     console = Console()
     run_dir = (out or Path("runs") / time.strftime("run-%Y%m%d-%H%M%S")).resolve()
     run_dir.mkdir(parents=True, exist_ok=True)

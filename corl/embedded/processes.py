@@ -120,6 +120,19 @@ def _signal(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:
         pass
 
 
+def exit_on_sigterm() -> None:
+    """Turn SIGTERM into SystemExit so a supervisor's ``finally`` stops its children.
+
+    Children run in their own sessions (so a terminal Ctrl-C reaches only the supervisor), which
+    also means nothing else would stop them if the supervisor were terminated.
+    """
+
+    def _exit(signum: int, _frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, _exit)
+
+
 def corl_command(*args: str) -> list[str]:
     """The ``corl`` CLI of this interpreter, independent of PATH."""
     return [sys.executable, "-m", "corl", *args]

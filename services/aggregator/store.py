@@ -71,24 +71,33 @@ class RoundStore:
             learnt=json.loads(raw[b"learnt"]) if raw.get(b"learnt") else {},
         )
 
-    async def unconsumed(self, members: list[str]) -> dict[str, int]:
-        """Batches per member stream not yet acknowledged by the trainer group (lag + pending)."""
+    async def unconsumed(self, members: list[str], limit: int = 64) -> dict[str, int]:
+        """Batches per member stream not yet delivered to its trainer (capped at ``limit``).
+
+        Delivered-but-unacknowledged entries do not count: a trainer reads one batch when it is
+        ready to train it and acknowledges only once its checkpoint is durable, so counting those
+        would make generation wait on checkpoints. Counted from the group's last-delivered id with
+        XRANGE, which works on every Redis with streams (XINFO's ``lag`` needs Redis 7).
+        """
         pipe = self.redis.pipeline(transaction=False)
         for m in members:
             pipe.xinfo_groups(keys.batches_stream(self.run, m))
         replies = await pipe.execute(raise_on_error=False)
-        out: dict[str, int] = {}
+        last: dict[str, str] = {}
         for m, groups in zip(members, replies, strict=True):
-            out[m] = 0
             if isinstance(groups, Exception):
                 continue  # stream gone: ensure_groups recreates it on the next start
             for g in groups:
                 name = g.get("name")
-                if (name.decode() if isinstance(name, bytes) else name) != keys.TRAINER_GROUP:
-                    continue
-                # Redis reports no lag when unread entries were trimmed away; back-pressure keeps the
-                # backlog far below MAXLEN, so that only happens after a long-dead trainer: count pending.
-                out[m] = int(g.get("lag") or 0) + int(g.get("pending") or 0)
+                if (name.decode() if isinstance(name, bytes) else name) == keys.TRAINER_GROUP:
+                    lid = g.get("last-delivered-id")
+                    last[m] = lid.decode() if isinstance(lid, bytes) else str(lid)
+        pipe = self.redis.pipeline(transaction=False)
+        for m in last:
+            pipe.xrange(keys.batches_stream(self.run, m), min=f"({last[m]}", count=limit)
+        counts = await pipe.execute() if last else []
+        out = dict.fromkeys(members, 0)
+        out.update({m: len(entries) for m, entries in zip(last, counts, strict=True)})
         return out
 
     async def commit(

@@ -99,7 +99,7 @@ async def model_app(server_settings: Any) -> AsyncIterator[FastAPI]:
 
     app = create_app(server_settings)
     async with app.router.lifespan_context(app):
-        await app.state.serving.wait_ready(300)
+        await app.state.serving.wait_ready(60)  # the engine is already up: this is a weights reset
         yield app
 
 

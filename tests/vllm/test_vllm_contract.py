@@ -16,8 +16,9 @@ import httpx
 import pytest
 import test_model_server as contract
 import test_model_server_hotswap as hotswap
-from corl.proto import InfoResponse
 from fastapi import FastAPI
+
+from corl.proto import InfoResponse
 
 pytestmark = pytest.mark.vllm
 
@@ -34,10 +35,11 @@ for _module in (contract, hotswap):
 
 async def test_concurrent_requests_share_the_engine(client: httpx.AsyncClient, model_app: FastAPI) -> None:
     """vLLM batches continuously inside the engine: concurrent calls are in flight together."""
-    reqs = [{"prompts": [f"{i:02d}+11="], "n": 2, "max_tokens": 4} for i in range(8)]
+    prompts = [f"{i:02d}+11=" for i in range(8)]
+    reqs = [{"prompts": [p], "n": 2, "max_tokens": 4} for p in prompts]
     rs = await asyncio.gather(*(client.post("/v1/generate", json=q) for q in reqs))
     assert all(r.status_code == 200 for r in rs), [r.text for r in rs]
-    assert [r.json()["results"][0]["prompt"] for r in rs] == [q["prompts"][0] for q in reqs]
+    assert [r.json()["results"][0]["prompt"] for r in rs] == prompts
     assert model_app.state.serving.backend.peak_inflight > 1
 
 

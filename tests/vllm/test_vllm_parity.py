@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from corl.services.model.backends.base import Backend, GenerateOutput, SamplingParams
 
 pytestmark = pytest.mark.vllm
@@ -92,7 +93,7 @@ async def test_same_greedy_tokens_after_lora_swap(
     before = await _assert_same_greedy(*backends)
     torch.manual_seed(1)
     lora = LoraConfig(r=4, lora_alpha=16, target_modules=["q_proj", "v_proj", "down_proj"], init_lora_weights=False)
-    get_peft_model(AutoModelForCausalLM.from_pretrained(member_dir), lora).save_pretrained(tmp_path / "adapter")
+    get_peft_model(AutoModelForCausalLM.from_pretrained(member_dir), lora).save_pretrained(str(tmp_path / "adapter"))
     sha = digest(tmp_path / "adapter")
     for b in backends:
         await b.load_weights(1, str(tmp_path / "adapter"), "lora", sha)

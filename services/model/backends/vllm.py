@@ -7,13 +7,16 @@ the serving layer does not merge them (``wants_batching = False``). Log-probs ar
 the token was drawn from. Judge scores read the two verdict tokens' log-probs of the next token
 (``logprob_token_ids``); the softmax normaliser cancels in P(c) / (P(c) + P(i)).
 
-Weights: a full update is verified in this process first (sha256 over the bytes read once,
-tensor names and shapes from the safetensors headers against the serving checkpoint), while the
-old weights keep serving. Only then does the swap close admission, wait for the requests in
-flight to finish (they complete on the old weights and report the old version), load the new
-safetensors into the running model in place (the workers' ``reload_weights``: no restart), reset
-the prefix cache (its KV blocks were computed by the old weights) and reopen. Requests that
-arrive meanwhile wait, they do not fail. LoRA adapters are per request in vLLM, so a LoRA update
+Weights: a full update is verified in this process first (sha256 of the files, tensor names and
+shapes from the safetensors headers against the serving checkpoint), while the old weights keep
+serving. Only then does the swap close admission, wait for the requests in flight to finish (they
+complete on the old weights and report the old version), check that the files' size and mtime are
+still those that were hashed, load them into the running model in place (the workers'
+``reload_weights``: no restart, no new engine), reset the prefix cache (its KV blocks were
+computed by the old weights) and reopen. Requests that arrive meanwhile wait; none fails. The
+swap's latency therefore includes the drain: at most the longest request in flight. A load that
+fails inside vLLM is undone by reloading the previous directory. LoRA adapters are per request in
+vLLM, so a LoRA update
 needs no drain: requests already running keep the adapter they started with, new ones get the
 new adapter under a new name per version (vLLM keys its prefix cache on the adapter name).
 Architectures without vLLM LoRA support (GPT-2, Mamba) get the adapter merged on the CPU into the
@@ -147,6 +150,7 @@ class VLLMBackend(Backend):
         self._by_lora: dict[int, int] = {}  # adapter id -> requests in flight with it
         self._merged_dir: str | None = None  # CPU-merged LoRA weights now serving (non-LoRA archs)
         self._failed: str | None = None
+        self._tasks: set[asyncio.Future[None]] = set()
         self.peak_inflight = 0  # most requests in the engine at once (continuous batching at work)
 
     # --- properties ---------------------------------------------------------------------------
@@ -180,8 +184,13 @@ class VLLMBackend(Backend):
         await asyncio.to_thread(self._read_model)
         if self._own_engine:
             await asyncio.to_thread(self._engine.start)
-        elif self._engine.weights_path != self._model_dir:  # a shared engine: back to the initial weights
-            await self._reload(self._model_dir)
+        else:  # a shared engine: back to the initial weights, no adapters, nothing cached
+            if self._engine.lora_enabled:
+                for lora_id in await self._engine.run(self._engine.llm.list_loras()):
+                    await self._engine.run(self._engine.llm.remove_lora(lora_id))
+            if self._engine.weights_path != self._model_dir:
+                await self._reload(self._model_dir)
+            await self._engine.run(self._engine.llm.reset_prefix_cache())
         log.info(
             "vLLM serving %s (%s, %d parameters), version %d",
             self._name,
@@ -235,8 +244,25 @@ class VLLMBackend(Backend):
                 self._by_lora[lora_id] -= 1
                 current = self._serving.lora
                 if self._by_lora[lora_id] == 0 and (current is None or current.lora_int_id != lora_id):
-                    del self._by_lora[lora_id]
-                    asyncio.ensure_future(self._engine.run(self._engine.llm.remove_lora(lora_id)))
+                    self._unload_lora(lora_id)
+
+    def _serve(self, new: _Serving) -> None:
+        """Switch what new requests get; an adapter nobody uses any more is unloaded."""
+        old, self._serving = self._serving, new
+        if old.lora is not None and self._by_lora.get(old.lora.lora_int_id, 0) == 0:
+            self._unload_lora(old.lora.lora_int_id)
+
+    def _unload_lora(self, lora_id: int) -> None:
+        self._by_lora.pop(lora_id, None)
+        task = asyncio.ensure_future(self._remove_lora(lora_id))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _remove_lora(self, lora_id: int) -> None:
+        try:
+            await self._engine.run(self._engine.llm.remove_lora(lora_id))
+        except Exception:  # noqa: BLE001 - an adapter left loaded only costs memory until evicted
+            log.warning("%s: could not unload LoRA adapter %d", self._name, lora_id, exc_info=True)
 
     @contextlib.asynccontextmanager
     async def _drained(self) -> AsyncIterator[None]:
@@ -390,7 +416,7 @@ class VLLMBackend(Backend):
             if not unchanged:
                 raise WeightLoadError(f"{path!r} changed after it was verified", field="uri")
             await self._reload(path)
-            self._serving = _Serving(version)
+            self._serve(_Serving(version))
 
     async def _reload(self, path: str) -> None:
         """Load a verified directory into the running model, in place; on failure try to put the
@@ -420,7 +446,7 @@ class VLLMBackend(Backend):
         from vllm.lora.request import LoRARequest
 
         # A new name and id per version: vLLM keys cached prefixes and loaded adapters on them.
-        request = LoRARequest(f"{self._name}-v{version}", version, path)
+        request = LoRARequest(f"{self._name}-v{version}", self._engine.next_lora_id(), path)
         try:
             await self._engine.run(self._engine.llm.add_lora(request))
         except Exception as err:  # noqa: BLE001 - vLLM reports an unusable adapter in many ways
@@ -429,9 +455,9 @@ class VLLMBackend(Backend):
             # Adapters are relative to the initial weights; a full update replaced them.
             async with self._drained():
                 await self._reload(self._model_dir)
-                self._serving = _Serving(version, request)
+                self._serve(_Serving(version, request))
         else:
-            self._serving = _Serving(version, request)  # running requests keep their adapter
+            self._serve(_Serving(version, request))  # running requests keep their adapter
 
     def _merge_lora(self, path: str, sha256: str) -> str:
         """For architectures vLLM has no LoRA for: merge into the initial weights on the CPU and

@@ -14,31 +14,37 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import os
 import threading
 from collections.abc import Coroutine
-from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
 
-@dataclass(frozen=True)
-class EngineOptions:
-    """Engine arguments the backend sets; anything else vLLM takes goes in ``extra``."""
+class EngineOptions(BaseModel):
+    """vLLM engine settings of the model server (nestable in its settings); anything else vLLM's
+    ``AsyncEngineArgs`` takes goes in ``extra``."""
 
-    dtype: str = "auto"  # "auto": float32 on CPU (parity with the transformers backend), vLLM's choice on GPU
-    max_model_len: int | None = None  # None: the model config's context length
-    enable_lora: bool | None = None  # None: on where vLLM implements LoRA for the architecture
-    max_lora_rank: int = 16
-    max_loras: int = 2  # the serving adapter and the one it replaces, while the old one drains
-    gpu_memory_utilization: float = 0.5
-    cpu_kv_cache_gib: int = 1  # VLLM_CPU_KVCACHE_SPACE, CPU only
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        default="auto", description="auto: float32 on CPU (parity with the transformers backend), vLLM's choice on GPU."
+    )
+    max_model_len: int | None = Field(default=None, ge=1, description="None: the model config's context length.")
+    enable_lora: bool | None = Field(default=None, description="None: on where vLLM implements LoRA for the model.")
+    max_lora_rank: Literal[1, 8, 16, 32, 64, 128, 256, 320, 512] = 16
+    max_loras: int = Field(default=2, ge=1, description="Adapters per batch: the serving one and the one draining.")
+    gpu_memory_utilization: float = Field(default=0.5, gt=0.0, le=1.0)
+    cpu_kv_cache_gib: int = Field(default=1, ge=1, description="VLLM_CPU_KVCACHE_SPACE (CPU only).")
     seed: int = 0
-    extra: dict[str, Any] = field(default_factory=dict)
+    extra: dict[str, Any] = Field(default_factory=dict)
 
 
 def lora_supported(model_dir: str) -> bool:
@@ -67,6 +73,7 @@ class VLLMEngine:
         self.weights_path = self.model_dir  # directory of the full weights now in the engine
         self.lora_enabled = False
         self.max_model_len: int | None = None
+        self._lora_ids = itertools.count(1)  # adapter ids are never reused within one engine
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._llm: Any = None
@@ -80,6 +87,9 @@ class VLLMEngine:
     @property
     def started(self) -> bool:
         return self._llm is not None
+
+    def next_lora_id(self) -> int:
+        return next(self._lora_ids)
 
     def start(self) -> None:
         """Build the engine (blocking: tens of seconds on CPU). Idempotent."""
@@ -109,10 +119,12 @@ class VLLMEngine:
         o = self.options
         dtype = o.dtype if o.dtype != "auto" or on_gpu else "float32"
         lora = lora_supported(self.model_dir) if o.enable_lora is None else o.enable_lora
+        extra = dict(o.extra)
+        if o.max_model_len is not None:
+            extra["max_model_len"] = o.max_model_len
         args = AsyncEngineArgs(
             model=self.model_dir,
             dtype=dtype,
-            max_model_len=o.max_model_len,
             seed=o.seed,
             # The log-prob of each sampled token after temperature / top-p: what sampling drew from.
             logprobs_mode="processed_logprobs",
@@ -122,7 +134,7 @@ class VLLMEngine:
             max_loras=o.max_loras,
             gpu_memory_utilization=o.gpu_memory_utilization,
             disable_log_stats=True,
-            **o.extra,
+            **extra,
         )
         self.lora_enabled = lora
         log.info("starting vLLM engine for %s (dtype %s, lora %s)", self.model_dir, dtype, lora)

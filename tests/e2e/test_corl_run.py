@@ -1,0 +1,59 @@
+"""The main job end to end: ``corl run`` starts Redis, servers, aggregator and trainers as real
+processes, trains for a few rounds, and leaves a run directory and no process behind."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+import pytest
+
+pytestmark = pytest.mark.slow
+
+
+def corl(*args: str, cwd: Path, timeout: float) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "corl", *args], cwd=cwd, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def test_corl_run_trains_publishes_and_cleans_up(tmp_path: Path) -> None:
+    cohort = tmp_path / "cohort"
+    built = corl("cohort", "init", "--preset", "micro", "--out", str(cohort), "--max-steps", "150",
+                 cwd=tmp_path, timeout=300)
+    assert built.returncode == 0, built.stdout + built.stderr
+
+    run_dir = tmp_path / "run"
+    # The micro members (~17k parameters, ~1% accurate) rarely agree with each other, so peer
+    # labels would give almost no signal; their own pluralities do, which is all this test needs
+    # to see batches trained, weights published and swapped. Peer modes run through the same
+    # services in tests/integration and in `corl experiment`.
+    res = corl("run", "--cohort", str(cohort), "--rounds", "4", "--out", str(run_dir), "--eval-every", "1",
+               "--reward", "self_vote", cwd=tmp_path, timeout=600)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+
+    members = [m["name"] for m in json.loads((cohort / "cohort.json").read_text())["members"]]
+    history = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert history and history[-1]["rounds"] >= 4
+    final = history[-1]["members"]
+    for m in members:
+        published = sorted((run_dir / "weights" / m).glob("v*"))
+        assert len(published) >= 2, f"{m} published {published}"
+        # The server reported serving a version the trainer published (>= 2 swaps happened).
+        assert final[m]["weight_version"] >= 2, final[m]
+        assert (run_dir / "final" / m / "model.safetensors").exists()
+        server_log = (run_dir / "logs" / f"server-{m}-0.log").read_text()
+        assert server_log.count('"POST /v1/weights HTTP/1.1" 200') >= 2, f"{m} swapped fewer than 2 versions"
+        assert (run_dir / "logs" / f"trainer-{m}.log").stat().st_size > 0
+        assert final[m]["accuracy"] is not None
+    assert (run_dir / "logs" / "aggregator.log").stat().st_size > 0
+    assert (run_dir / "cohort.yaml").exists()
+
+    leftovers = [
+        p.info for p in psutil.process_iter(["pid", "cmdline"])
+        if any(str(tmp_path) in part for part in (p.info["cmdline"] or []))
+    ]
+    assert leftovers == [], f"processes left behind: {leftovers}"

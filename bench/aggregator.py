@@ -25,7 +25,10 @@ from pathlib import Path
 import httpx
 import redis
 import redis.asyncio as aioredis
+
+from corl.config import parse_config
 from corl.proto import GenerateRequest
+from corl.redis_server import LocalRedis
 from corl.services.aggregator.members import MemberClient
 from corl.services.aggregator.metrics import AggregatorMetrics
 from corl.services.aggregator.prompts import build_prompt_source
@@ -33,9 +36,6 @@ from corl.services.aggregator.rounds import RoundDriver
 from corl.services.aggregator.settings import AggregatorSettings
 from corl.services.aggregator.store import RoundStore
 from corl.services.aggregator.testing import FakeCohort
-
-from corl.config import parse_config
-from corl.redis_server import LocalRedis
 
 G, B = 8, 16
 

@@ -39,10 +39,10 @@ def _build_tiny(root: Path) -> dict[str, Path]:
 
 
 def _batch(model_dir: Path, prompts: int, group: int, max_tokens: int):  # type: ignore[no-untyped-def]
-    from corl.proto import BatchDiagnostics, GradedBatch, GradedSample
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from corl.models.sampling import sample
+    from corl.proto import BatchDiagnostics, GradedBatch, GradedSample
     from corl.tasks import get_task
 
     tok = AutoTokenizer.from_pretrained(model_dir)
@@ -96,10 +96,9 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
 
-    from corl.trainer.policy import PolicyTrainer
-
     from corl.cohort.loading import parameter_count
     from corl.config import RoundsConfig, parse_config
+    from corl.trainer.policy import PolicyTrainer
 
     rounds = RoundsConfig()
     max_tokens = args.max_tokens or rounds.max_tokens

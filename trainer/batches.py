@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import redis
-from corl.proto import GradedBatch
 from pydantic import ValidationError
 
 from corl import redis_keys
+from corl.proto import GradedBatch
 
 log = logging.getLogger(__name__)
 

@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from corl.proto import GradedBatch
 
 from corl.config import CohortConfig
+from corl.proto import GradedBatch
 
 from .advantages import group_advantages
 from .collate import pack

@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Literal
 
 import httpx
-from corl.proto import InfoResponse, WeightFormat, WeightUpdateRequest
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential_jitter
 
+from corl.proto import InfoResponse, WeightFormat, WeightUpdateRequest
 from corl.weights_store import digest
 
 log = logging.getLogger(__name__)

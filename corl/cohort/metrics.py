@@ -6,31 +6,22 @@ An answer is the task's canonical string, or ``None`` when the completion had no
 
 from __future__ import annotations
 
-import math
-from collections import Counter
 from collections.abc import Sequence
 
+from corl.rewards import answer_stats, plurality
 
-def majority_vote(answers: Sequence[str | None]) -> str | None:
-    """The plurality answer among the valid ones; ``None`` when there is none or the top is tied."""
-    counts = Counter(a for a in answers if a is not None).most_common(2)
-    if not counts or (len(counts) == 2 and counts[0][1] == counts[1][1]):
-        return None
-    return counts[0][0]
+# Voting and diversity are the same arithmetic the aggregator uses for rewards and diagnostics.
+majority_vote = plurality
 
 
 def distinct_count(answers: Sequence[str | None]) -> int:
     """Number of different valid answers."""
-    return len({a for a in answers if a is not None})
+    return answer_stats(answers)[0]
 
 
 def answer_entropy(answers: Sequence[str | None]) -> float:
     """Shannon entropy (nats) of the empirical distribution of valid answers; 0.0 when there are none."""
-    counts = Counter(a for a in answers if a is not None)
-    total = sum(counts.values())
-    if total == 0:
-        return 0.0
-    return max(0.0, -sum(c / total * math.log(c / total) for c in counts.values()))
+    return answer_stats(answers)[1]
 
 
 def accuracy(predicted: Sequence[str | None], truth: Sequence[str | None]) -> float:

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from corl.proto import ErrorDetail, ErrorResponse, ErrorType
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from corl.proto import ErrorDetail, ErrorResponse, ErrorType
 
 
 class AggregatorError(Exception):

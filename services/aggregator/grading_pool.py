@@ -19,9 +19,9 @@ import time
 from dataclasses import dataclass
 
 import redis.asyncio as aioredis
-from corl.proto import GraderRegistered, GraderRegistration, GradingResults, GradingResultsAccepted, GradingTask
 
 from corl import redis_keys as keys
+from corl.proto import GraderRegistered, GraderRegistration, GradingResults, GradingResultsAccepted, GradingTask
 from corl.rewards import GraderReliability
 
 from .errors import Conflict, Forbidden, RateLimited, Unauthorized

@@ -11,9 +11,8 @@ import logging
 import time
 from collections.abc import Sequence
 
-from corl.proto import GradeItem, GradeRequest
-
 from corl.config import CohortConfig
+from corl.proto import GradeItem, GradeRequest
 
 from .grading_pool import Grader, GradingPool
 from .members import MemberClient, MemberError

@@ -12,11 +12,11 @@ import itertools
 import logging
 
 import httpx
-from corl.proto import GenerateRequest, GenerateResponse, GradeRequest, GradeResponse
 from pydantic import ValidationError
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_random_exponential
 
 from corl.config import MemberConfig
+from corl.proto import GenerateRequest, GenerateResponse, GradeRequest, GradeResponse
 
 from .settings import HttpSettings
 

@@ -28,7 +28,9 @@ class AggregatorMetrics:
         self.batches = Counter("corl_aggregator_batches_total", "Graded batches appended.", ["member"], registry=r)
         self.samples = Counter("corl_aggregator_samples_total", "Graded samples appended.", ["member"], registry=r)
         self.unconsumed = Gauge(
-            "corl_aggregator_unconsumed_batches", "Batches in a member's stream not yet delivered to its trainer.", ["member"],
+            "corl_aggregator_unconsumed_batches",
+            "Batches in a member's stream not yet delivered to its trainer.",
+            ["member"],
             registry=r,
         )
         self.mean_reward = Gauge("corl_aggregator_mean_reward", "Mean reward, last round.", ["member"], registry=r)

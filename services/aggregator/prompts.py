@@ -14,11 +14,11 @@ from pathlib import Path
 from typing import Protocol
 
 import redis.asyncio as aioredis
-from corl.proto import PromptRecord
 from pydantic import ValidationError
 
 from corl import redis_keys as keys
 from corl.config import CohortConfig
+from corl.proto import PromptRecord
 from corl.tasks import Example, get_task
 
 from .errors import Conflict

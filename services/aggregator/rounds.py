@@ -19,10 +19,10 @@ import time
 import zlib
 from dataclasses import dataclass, field
 
-from corl.proto import BatchDiagnostics, GenerateRequest, GenerateResponse, RoundStats
 from pydantic_core import to_json
 
 from corl.config import CohortConfig, MemberConfig
+from corl.proto import BatchDiagnostics, GenerateRequest, GenerateResponse, RoundStats
 from corl.rewards import (
     CollapseDetector,
     GraderReliability,

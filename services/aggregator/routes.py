@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from typing import Annotated
 
+from fastapi import APIRouter, Depends, Header, Query, Request, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
 from corl.proto import (
     GraderRegistered,
     GraderRegistration,
@@ -15,8 +18,6 @@ from corl.proto import (
     PromptsPost,
     RunStats,
 )
-from fastapi import APIRouter, Depends, Header, Query, Request, Response
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from .errors import Unavailable
 from .service import AggregatorService

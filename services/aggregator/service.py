@@ -7,6 +7,8 @@ import logging
 
 import httpx
 import redis.asyncio as aioredis
+
+from corl.config import CohortConfig
 from corl.proto import (
     GraderRegistered,
     GraderRegistration,
@@ -17,8 +19,6 @@ from corl.proto import (
     PromptsPost,
     RunStats,
 )
-
-from corl.config import CohortConfig
 
 from .errors import NotFound
 from .grading_pool import GradingPool

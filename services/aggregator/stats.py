@@ -8,7 +8,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from corl.proto import BatchDiagnostics, MemberRoundStats, RoundStats, RunStats
-
 from corl.rewards import answer_stats, label_accuracy
 
 

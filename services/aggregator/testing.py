@@ -14,6 +14,7 @@ import zlib
 from dataclasses import dataclass, field
 
 import httpx
+
 from corl.proto import GenerateRequest, GradeRequest
 
 

@@ -31,6 +31,8 @@ def _build_backend(settings: ServerSettings) -> Backend:
         options["device"] = settings.device
         if settings.num_threads:
             options["num_threads"] = settings.num_threads
+    else:
+        options["options"] = settings.vllm
     return create_backend(
         settings.backend,
         model_dir=settings.model_dir,

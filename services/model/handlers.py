@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import logging
 
-from corl.proto import ErrorDetail, ErrorResponse, ErrorType
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from corl.proto import ErrorDetail, ErrorResponse, ErrorType
 
 from .errors import (
     BackendError,

@@ -5,6 +5,9 @@ from __future__ import annotations
 import secrets
 from typing import Annotated, Any
 
+from fastapi import APIRouter, Depends, Header, Request, Response
+from pydantic import BaseModel
+
 from corl.proto import (
     ErrorResponse,
     GenerateRequest,
@@ -17,8 +20,6 @@ from corl.proto import (
     WeightUpdateRequest,
     WeightUpdateResponse,
 )
-from fastapi import APIRouter, Depends, Header, Request, Response
-from pydantic import BaseModel
 
 from .errors import UnauthorizedError, UnavailableError
 from .metrics import ServerMetrics

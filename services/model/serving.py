@@ -22,7 +22,6 @@ from corl.proto import (
     WeightUpdateRequest,
     WeightUpdateResponse,
 )
-
 from corl.tasks import Task
 
 from .backends.base import Backend, BackendError, GenerateOutput, SamplingParams

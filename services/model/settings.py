@@ -7,6 +7,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from .backends.vllm_engine import EngineOptions
+
 
 class BatchingSettings(BaseModel):
     """Dynamic batching of concurrent generate calls (``CORL_BATCH__WINDOW_MS`` etc.)."""
@@ -40,6 +42,9 @@ class ServerSettings(BaseSettings):
     request_timeout_s: float = Field(default=120.0, gt=0.0, description="Backend time limit per request (503).")
     swap_timeout_s: float = Field(default=600.0, gt=0.0)
     batch: BatchingSettings = BatchingSettings()
+    vllm: EngineOptions = Field(
+        default_factory=EngineOptions, description="vLLM engine options (CORL_VLLM__GPU_MEMORY_UTILIZATION, ...)."
+    )
 
     @property
     def member_name(self) -> str:

@@ -4,8 +4,10 @@ processes, trains for a few rounds, and leaves a run directory and no process be
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import psutil
@@ -20,11 +22,40 @@ def corl(*args: str, cwd: Path, timeout: float) -> subprocess.CompletedProcess[s
     )
 
 
-def test_corl_run_trains_publishes_and_cleans_up(tmp_path: Path) -> None:
-    cohort = tmp_path / "cohort"
-    built = corl("cohort", "init", "--preset", "micro", "--out", str(cohort), "--max-steps", "150",
-                 cwd=tmp_path, timeout=300)
+@pytest.fixture(scope="module")
+def cohort(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("e2e") / "cohort"
+    built = corl("cohort", "init", "--preset", "micro", "--out", str(out), "--max-steps", "150",
+                 cwd=out.parent, timeout=300)
     assert built.returncode == 0, built.stdout + built.stderr
+    return out
+
+
+def leftovers(*markers: Path) -> list[dict]:
+    """Processes whose command line mentions a marker: every child of a run names its run directory
+    (Redis, aggregator, trainers) or the cohort directory (servers)."""
+    return [
+        p.info for p in psutil.process_iter(["pid", "cmdline"])
+        if any(str(m) in part for m in markers for part in (p.info["cmdline"] or []))
+    ]
+
+
+def start_run(cohort: Path, run_dir: Path, rounds: int) -> subprocess.Popen[str]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "corl", "run", "--cohort", str(cohort), "--rounds", str(rounds), "--out", str(run_dir),
+         "--reward", "self_vote"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    deadline = time.monotonic() + 300
+    history = run_dir / "metrics.jsonl"
+    while not (history.exists() and history.read_text().strip()):
+        assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
+        assert time.monotonic() < deadline, "corl run did not get its services healthy"
+        time.sleep(0.5)
+    return proc
+
+
+def test_corl_run_trains_publishes_and_cleans_up(cohort: Path, tmp_path: Path) -> None:
 
     run_dir = tmp_path / "run"
     # The micro members (~17k parameters, ~1% accurate) rarely agree with each other, so peer
@@ -52,8 +83,28 @@ def test_corl_run_trains_publishes_and_cleans_up(tmp_path: Path) -> None:
     assert (run_dir / "logs" / "aggregator.log").stat().st_size > 0
     assert (run_dir / "cohort.yaml").exists()
 
-    leftovers = [
-        p.info for p in psutil.process_iter(["pid", "cmdline"])
-        if any(str(tmp_path) in part for part in (p.info["cmdline"] or []))
-    ]
-    assert leftovers == [], f"processes left behind: {leftovers}"
+    assert leftovers(run_dir, cohort) == [], "processes left behind"
+
+
+def test_ctrl_c_stops_every_process(cohort: Path, tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    proc = start_run(cohort, run_dir, rounds=1000)
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=120)
+    assert "interrupted" in out
+    assert leftovers(run_dir, cohort) == [], "processes left behind"
+    assert (run_dir / "logs" / "aggregator.log").exists()
+
+
+def test_a_dead_child_is_named_and_the_rest_shut_down(cohort: Path, tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    proc = start_run(cohort, run_dir, rounds=1000)
+    victim = next(
+        psutil.Process(p["pid"]) for p in leftovers(run_dir)
+        if "train" in p["cmdline"] and "llama" in p["cmdline"]
+    )
+    victim.kill()
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 1
+    assert "trainer-llama died" in out
+    assert leftovers(run_dir, cohort) == [], "processes left behind"

@@ -14,10 +14,10 @@ import httpx
 import pytest
 import redis
 import yaml
-from corl.proto import GradedBatch, RunStats
 from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_fixed
 
 from corl import redis_keys as keys
+from corl.proto import GradedBatch, RunStats
 from corl.redis_server import free_port
 
 pytestmark = pytest.mark.slow

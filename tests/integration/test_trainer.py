@@ -8,14 +8,14 @@ from pathlib import Path
 import pytest
 import redis
 import torch
-from corl.trainer.checkpoint import Checkpointer
-from corl.trainer.loop import Trainer
-from corl.trainer.metrics import TrainerMetrics
-from corl.trainer.settings import TrainerSettings
 from safetensors.torch import load_file
 from test_trainer_helpers import applied_ids, make_batches, make_config, pending_count, xadd
 
 from corl import redis_keys
+from corl.trainer.checkpoint import Checkpointer
+from corl.trainer.loop import Trainer
+from corl.trainer.metrics import TrainerMetrics
+from corl.trainer.settings import TrainerSettings
 from corl.weights_store import digest
 
 torch.set_num_threads(1)

@@ -7,10 +7,10 @@ import time
 from pathlib import Path
 
 import redis
-from corl.proto import BatchDiagnostics, GradedBatch, GradedSample
 
 from corl import redis_keys
 from corl.config import CohortConfig, parse_config
+from corl.proto import BatchDiagnostics, GradedBatch, GradedSample
 
 
 def make_config(

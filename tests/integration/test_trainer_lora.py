@@ -10,9 +10,10 @@ import httpx
 import pytest
 import redis
 import torch
+from test_trainer_helpers import make_batches, make_config, xadd
+
 from corl.trainer.loop import Trainer
 from corl.trainer.settings import TrainerSettings
-from test_trainer_helpers import make_batches, make_config, xadd
 
 torch.set_num_threads(1)
 TOKEN = "lora-token"

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import httpx
 import pytest
-from corl.proto import InfoResponse, WeightUpdateRequest
-from corl.trainer.publish import ReplicaPusher, WeightsStore
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from corl.proto import InfoResponse, WeightUpdateRequest
+from corl.trainer.publish import ReplicaPusher, WeightsStore
 from corl.weights_store import digest
 
 

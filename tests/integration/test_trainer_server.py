@@ -14,12 +14,12 @@ import httpx
 import pytest
 import redis
 import torch
-from corl.trainer.loop import Trainer
-from corl.trainer.settings import TrainerSettings
 from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_fixed
 from test_trainer_helpers import make_batches, make_config, pending_count, xadd
 
 from corl.redis_server import free_port
+from corl.trainer.loop import Trainer
+from corl.trainer.settings import TrainerSettings
 
 torch.set_num_threads(1)
 TOKEN = "test-admin-token"

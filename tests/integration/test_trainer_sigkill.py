@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 import redis
-from corl.trainer.checkpoint import Checkpointer
 from test_trainer_helpers import applied_ids, make_batches, make_config, xadd
 
 from corl import redis_keys
 from corl.config import dump_config
+from corl.trainer.checkpoint import Checkpointer
 
 N_BATCHES = 12
 

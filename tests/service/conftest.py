@@ -7,9 +7,10 @@ from pathlib import Path
 
 import httpx
 import pytest
+from fastapi import FastAPI
+
 from corl.services.model.app import create_app
 from corl.services.model.settings import BatchingSettings, ServerSettings
-from fastapi import FastAPI
 
 ADMIN_TOKEN = "test-admin-token"
 AUTH = {"Authorization": f"Bearer {ADMIN_TOKEN}"}

@@ -12,13 +12,13 @@ from typing import Any
 import httpx
 import pytest
 import redis
+
+from corl import redis_keys as keys
+from corl.config import CohortConfig, parse_config
 from corl.proto import ErrorResponse, GradedBatch, RunStats
 from corl.services.aggregator import AggregatorSettings, create_app
 from corl.services.aggregator.service import AggregatorService
 from corl.services.aggregator.testing import FakeCohort
-
-from corl import redis_keys as keys
-from corl.config import CohortConfig, parse_config
 
 _runs = itertools.count()
 ADMIN = "admin-secret"

@@ -8,11 +8,11 @@ import time
 
 import httpx
 import pytest
-from corl.proto import GradedBatch, GraderRegistered, GradingTasks
-from corl.services.aggregator.testing import FakeCohort, FakeMember
 from test_aggregator import ADMIN, aggregator, make_config, read_batches, sync_redis
 
 from corl import redis_keys as keys
+from corl.proto import GradedBatch, GraderRegistered, GradingTasks
+from corl.services.aggregator.testing import FakeCohort, FakeMember
 
 JUDGE = {"mode": "peer_judge", "judge": {"k": 2}}
 

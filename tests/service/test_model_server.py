@@ -9,8 +9,9 @@ from pathlib import Path
 
 import httpx
 import pytest
-from corl.proto import ErrorResponse, GenerateResponse, GradeResponse, InfoResponse, WeightUpdateResponse
 from fastapi import FastAPI
+
+from corl.proto import ErrorResponse, GenerateResponse, GradeResponse, InfoResponse, WeightUpdateResponse
 
 WeightsFactory = Callable[..., tuple[Path, str]]
 AUTH = {"Authorization": "Bearer test-admin-token"}  # tests/service/conftest.py ADMIN_TOKEN

@@ -8,6 +8,7 @@ from contextlib import asynccontextmanager
 
 import httpx
 import pytest
+
 from corl.services.model.app import create_app
 from corl.services.model.backends.base import (
     Backend,

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import httpx
+
 from corl.services.model.settings import ServerSettings
 from corl.services.model.testing import running_server
 

@@ -2,6 +2,7 @@ import math
 
 import pytest
 import torch
+
 from corl.trainer.advantages import group_advantages
 
 

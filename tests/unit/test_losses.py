@@ -11,6 +11,7 @@ import math
 
 import pytest
 import torch
+
 from corl.trainer.losses import policy_loss
 
 MASK = torch.tensor([[1.0, 1.0], [1.0, 0.0]])

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pytest
 import torch
-from corl.proto import GradedSample
-from corl.trainer.collate import pack
-from corl.trainer.losses import response_logps
 
 from corl.models.sampling import sample
 from corl.models.tokenizer import build_char_tokenizer
+from corl.proto import GradedSample
+from corl.trainer.collate import pack
+from corl.trainer.losses import response_logps
 
 FAMILIES = {
     "gpt2": dict(n_embd=32, n_layer=1, n_head=1, n_positions=64),

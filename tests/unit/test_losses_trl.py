@@ -12,20 +12,11 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+
 from corl.trainer.losses import policy_loss
 
 
 def _grpo_trainer() -> type:
-    import importlib
-    import importlib.metadata
-
-    import_utils = importlib.import_module("trl.import_utils")
-    try:
-        importlib.metadata.version("vllm")
-    except importlib.metadata.PackageNotFoundError:
-        # vllm is not installed, but a folder named ``vllm`` on sys.path (tests/vllm) looks like it to
-        # TRL's import-time check, which then fails on its missing version: tell TRL the truth.
-        import_utils.is_vllm_available = lambda *a, **k: False
     from trl import GRPOTrainer
 
     return GRPOTrainer

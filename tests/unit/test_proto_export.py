@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import corl.proto
 from typer.testing import CliRunner
 
+import corl.proto
 from corl.cli import app
 from corl.cli.proto import drift, exported_files
 

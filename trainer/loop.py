@@ -86,8 +86,6 @@ class Trainer:
     def setup(self) -> None:
         if self.settings.threads:
             torch.set_num_threads(self.settings.threads)
-        if self.settings.metrics_port is not None:
-            self._metrics_server = self.metrics.serve(self.settings.metrics_port, self.settings.metrics_host)
         ckpt = self.checkpointer.latest()
         self.policy = PolicyTrainer(self.cfg, self.member, resolve_device(self.settings.device), resume_from=ckpt)
         if ckpt is not None:
@@ -121,6 +119,9 @@ class Trainer:
             self.pusher.sync(self.latest)
         self._gauge(self.metrics.weight_version, self.state.weight_version)
         self._gauge(self.metrics.step, self.state.step)
+        # Served last, so the endpoint doubles as readiness: the model is loaded and the group joined.
+        if self.settings.metrics_port is not None:
+            self._metrics_server = self.metrics.serve(self.settings.metrics_port, self.settings.metrics_host)
 
     def request_stop(self, *_: object) -> None:
         self._stop = True

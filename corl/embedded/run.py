@@ -68,7 +68,12 @@ def start_services(cfg: CohortConfig, run_dir: Path, group: ProcessGroup, aggreg
     )
     for m in cfg.members:
         if m.role == "trained":
-            group.start(f"trainer-{m.name}", corl_command("train", "--config", str(config_path), "--member", m.name))
+            port = free_port()
+            group.start(
+                f"trainer-{m.name}",
+                corl_command("train", "--config", str(config_path), "--member", m.name, "--metrics-port", str(port)),
+                health_url=f"http://127.0.0.1:{port}/metrics",  # served once the trainer is ready
+            )
     group.wait_healthy()
     return agg_url
 

@@ -18,6 +18,7 @@ from pydantic import ValidationError
 
 from corl import redis_keys
 from corl.proto import GradedBatch
+from corl.streams import group_backlog
 
 log = logging.getLogger(__name__)
 
@@ -127,11 +128,6 @@ class BatchStream:
         self.client.hset(redis_keys.trainer_state(self.run, self.member), "published_version", version)
 
     def backlog(self) -> int:
-        """Entries not yet acknowledged by the group: undelivered (lag) plus pending."""
-        for g in self.client.xinfo_groups(self.stream):
-            if _s(g["name"]) == self.group:
-                lag = g.get("lag")
-                if lag is None:
-                    lag = 0
-                return int(lag) + int(g.get("pending") or 0)
-        return 0
+        """Entries not yet acknowledged by the group: undelivered plus pending."""
+        counts = group_backlog(self.client, self.stream, self.group)
+        return sum(counts) if counts else 0

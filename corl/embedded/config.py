@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from corl.config import CohortConfig, MemberConfig, parse_config
+from corl.config import CohortConfig, parse_config
 from corl.redis_server import free_port
 
 DEFAULT_COHORT_DIR = Path("cohort/tiny")
@@ -44,11 +44,8 @@ def embedded_config(
     data["weights_dir"] = str((run_dir / "weights").resolve())
     data["checkpoints_dir"] = str((run_dir / "checkpoints").resolve())
     cfg = parse_config(data)
-    members = [
-        MemberConfig.model_validate({**m.model_dump(), "servers": [f"http://127.0.0.1:{free_port()}"]})
-        for m in cfg.members
-    ]
-    return cfg.model_copy(update={"members": members})
+    local = [m.model_copy(update={"servers": [f"http://127.0.0.1:{free_port()}"]}) for m in cfg.members]
+    return cfg.model_copy(update={"members": local})
 
 
 def _set_path(data: dict, dotted: str, value: object) -> None:

@@ -21,6 +21,7 @@ from corl import redis_keys
 from corl.config import CohortConfig, dump_config
 from corl.proto import GenerateRequest, GenerateResponse, InfoResponse, RunStats
 from corl.redis_server import LocalRedis, free_port
+from corl.streams import group_backlog
 from corl.tasks import Example, get_task
 
 from .processes import ChildDied, ProcessGroup, corl_command
@@ -68,11 +69,13 @@ def start_services(cfg: CohortConfig, run_dir: Path, group: ProcessGroup, aggreg
     )
     for m in cfg.members:
         if m.role == "trained":
-            port = free_port()
+            metrics_port = free_port()
             group.start(
                 f"trainer-{m.name}",
-                corl_command("train", "--config", str(config_path), "--member", m.name, "--metrics-port", str(port)),
-                health_url=f"http://127.0.0.1:{port}/metrics",  # served once the trainer is ready
+                corl_command(
+                    "train", "--config", str(config_path), "--member", m.name, "--metrics-port", str(metrics_port)
+                ),
+                health_url=f"http://127.0.0.1:{metrics_port}/metrics",  # served once the trainer is ready
             )
     group.wait_healthy()
     return agg_url
@@ -108,14 +111,8 @@ class RunMonitor:
         return hits / len(self.eval_set), out.weight_version
 
     def backlog(self, member: str) -> int | None:
-        try:
-            groups = self.redis.xinfo_groups(redis_keys.batches_stream(self.cfg.run_id, member))
-        except redis.ResponseError:
-            return None
-        for g in groups:
-            if g["name"] in (redis_keys.TRAINER_GROUP, redis_keys.TRAINER_GROUP.encode()):
-                return int(g.get("lag") or 0) + int(g.get("pending") or 0)
-        return None
+        counts = group_backlog(self.redis, redis_keys.batches_stream(self.cfg.run_id, member), redis_keys.TRAINER_GROUP)
+        return sum(counts) if counts else None
 
     def snapshot(self, force_eval: bool = False) -> RunSnapshot:
         stats = self._stats()

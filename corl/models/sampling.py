@@ -60,7 +60,7 @@ def sample(
         gen_kwargs.update(temperature=None, top_p=None, top_k=None)
     else:
         gen_kwargs.update(temperature=temperature, top_p=top_p, top_k=0)
-    out = model.generate(input_ids=input_ids, attention_mask=attention_mask, **gen_kwargs)
+    out = model.generate(input_ids=input_ids, attention_mask=attention_mask, **gen_kwargs)  # type: ignore[operator]
     new_tokens = out.sequences[:, input_ids.shape[1] :]
     # scores: one (batch*n, vocab) tensor per step, already temperature/top-p processed.
     scores = torch.stack(out.scores, dim=1).float().log_softmax(dim=-1)
@@ -79,7 +79,7 @@ def sample(
             if eos in ids:
                 cut = ids.index(eos) + 1
                 ids, lps, finish = ids[:cut], lps[:cut], "stop"
-            text = tokenizer.decode(ids, skip_special_tokens=True)
+            text = str(tokenizer.decode(ids, skip_special_tokens=True))
             completions.append(Completion(text, ids, lps, finish))
         results.append(PromptCompletions(prompt_ids, completions))
     return results

@@ -108,8 +108,10 @@ class TransformersBackend(Backend):
     def too_long(self, prompts: Sequence[str], max_tokens: int) -> int | None:
         if self._max_len is None or self._tokenizer is None:
             return None
-        for i, p in enumerate(prompts):
-            if len(self._tokenizer.encode(p, add_special_tokens=False)) + max_tokens > self._max_len:
+        # One batched call: per-prompt encode() costs more than a tiny model's forward pass.
+        ids = self._tokenizer(list(prompts), add_special_tokens=False)["input_ids"]
+        for i, p in enumerate(ids):
+            if len(p) + max_tokens > self._max_len:
                 return i
         return None
 

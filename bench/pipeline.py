@@ -113,9 +113,7 @@ def run_lockstep(cohort: Path, rounds: int, prompts: int, samples: int) -> PathR
 
     from corl.embedded.config import embedded_config
     from corl.models.sampling import sample
-    from corl.proto import GradedBatch
     from corl.rewards import compute_rewards
-    from corl.services.aggregator.stats import member_diagnostics
     from corl.tasks import get_task
     from corl.trainer.policy import PolicyTrainer
 
@@ -153,11 +151,10 @@ def run_lockstep(cohort: Path, rounds: int, prompts: int, samples: int) -> PathR
         )
         for n, p in policies.items():
             batch = _graded_batch(
-                GradedBatch,
-                member_diagnostics,
                 cfg.run_id,
                 r,
                 n,
+                rw.mode,
                 outs[n],
                 out.rewards[n],
                 answers[n],
@@ -178,45 +175,38 @@ def run_lockstep(cohort: Path, rounds: int, prompts: int, samples: int) -> PathR
     return PathResult("lockstep", rounds * per_round, total, steady[0], steady[1], notes)
 
 
-def _graded_batch(  # type: ignore[no-untyped-def]
-    GradedBatch, member_diagnostics, run_id, r, member, results, rewards, answers, labels, version, texts
-):
-    """The member's GradedBatch, field for field what the aggregator writes to its stream."""
-    bid = f"{run_id}:{r}:{member}"
-    rows = []
-    tokens = 0
-    for p, pc in enumerate(results):
-        gid = f"{bid}-p{p}"
-        for s, c in enumerate(pc.completions):
-            tokens += len(c.token_ids)
-            rows.append(
+def _graded_batch(run_id, r, member, reward_mode, results, rewards, answers, labels, version, texts):  # type: ignore[no-untyped-def]
+    """The member's GradedBatch, built by the aggregator's own code from a GenerateResponse."""
+    from corl.proto import GenerateResponse, GradedBatch
+    from corl.services.aggregator.rounds import graded_batch_json
+    from corl.services.aggregator.stats import member_diagnostics
+
+    resp = GenerateResponse.model_validate(
+        {
+            "model": member,
+            "weight_version": version,
+            "results": [
                 {
-                    "sample_id": f"{gid}-s{s}",
-                    "group_id": gid,
                     "prompt": texts[p],
                     "prompt_token_ids": pc.prompt_token_ids,
-                    "response": c.text,
-                    "response_token_ids": c.token_ids,
-                    "logprobs": c.logprobs,
-                    "finish_reason": c.finish_reason,
-                    "weight_version": version,
-                    "reward": float(rewards[p][s]),
-                    "answer": answers[p][s],
+                    "samples": [
+                        {
+                            "text": c.text,
+                            "token_ids": c.token_ids,
+                            "logprobs": c.logprobs,
+                            "finish_reason": c.finish_reason,
+                        }
+                        for c in pc.completions
+                    ],
                 }
-            )
-    diag, _ = member_diagnostics(answers, rewards, labels, tokens)
-    return GradedBatch.model_validate(
-        {
-            "batch_id": bid,
-            "run_id": run_id,
-            "round": r,
-            "member": member,
-            "reward_mode": REWARD_MODE,
-            "created_at": time.time(),
-            "samples": rows,
-            "diagnostics": diag.model_dump(),
+                for p, pc in enumerate(results)
+            ],
         }
     )
+    tokens = sum(len(c.token_ids) for pc in results for c in pc.completions)
+    diag, _ = member_diagnostics(answers, rewards, labels, tokens)
+    raw = graded_batch_json(run_id, r, member, reward_mode, resp, rewards, answers, diag, time.time())
+    return GradedBatch.model_validate_json(raw)
 
 
 # -- pipeline ------------------------------------------------------------------------------------

@@ -25,5 +25,5 @@ def group_backlog(client: redis.Redis, stream: str, group: str, limit: int = 100
     for g in groups:
         if _s(g["name"]) == group:
             undelivered = client.xrange(stream, min=f"({_s(g['last-delivered-id'])}", count=limit)
-            return len(undelivered), int(g.get("pending") or 0)
+            return len(undelivered or []), int(g.get("pending") or 0)
     return None

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -38,3 +39,68 @@ def redis_url() -> Iterator[str]:
 
     with LocalRedis() as server:
         yield server.url
+
+
+# --- model server: shared by tests/service and tests/vllm_backend (which overrides server_settings) ---
+
+ADMIN_TOKEN = "test-admin-token"
+WeightsFactory = Callable[..., tuple[Path, str]]
+
+
+@pytest.fixture
+def server_settings(tiny_model_dir: Path) -> Any:
+    from corl.services.model.settings import BatchingSettings, ServerSettings
+
+    return ServerSettings(
+        _env_file=None,  # type: ignore[call-arg]
+        model_dir=str(tiny_model_dir),
+        name="tiny",
+        admin_token=ADMIN_TOKEN,
+        num_threads=1,
+        max_prompts=8,
+        max_n=16,
+        max_tokens=32,
+        max_body_bytes=16_384,
+        request_timeout_s=30.0,
+        batch=BatchingSettings(window_ms=10.0),
+    )
+
+
+@pytest.fixture
+async def model_app(server_settings: Any) -> AsyncIterator[Any]:
+    """The real app with the tiny model, lifespan run, model loaded."""
+    from corl.services.model.app import create_app
+
+    app = create_app(server_settings)
+    async with app.router.lifespan_context(app):
+        await app.state.serving.wait_ready(60)
+        yield app
+
+
+@pytest.fixture
+async def client(model_app: Any) -> AsyncIterator[Any]:
+    import httpx
+
+    transport = httpx.ASGITransport(app=model_app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://model", timeout=60.0) as c:
+        yield c
+
+
+@pytest.fixture(scope="session")
+def make_weights(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> WeightsFactory:
+    """``make_weights(seed, **config_overrides) -> (dir, sha256)``: freshly initialised weights of the
+    tiny model's architecture (or a changed one), in save_pretrained layout, with their checksum.
+    A large init range makes greedy outputs clearly weight-dependent."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from corl.weights_store import digest
+
+    def factory(seed: int, initializer_range: float = 0.5, **overrides: object) -> tuple[Path, str]:
+        cfg = AutoConfig.from_pretrained(tiny_model_dir, initializer_range=initializer_range, **overrides)
+        torch.manual_seed(seed)
+        out = tmp_path_factory.mktemp(f"weights-{seed}")
+        AutoModelForCausalLM.from_config(cfg).save_pretrained(out)
+        return out, digest(out)
+
+    return factory

@@ -60,10 +60,68 @@ def _seed(run: str, round_: int, member: str) -> int:
     return zlib.crc32(f"{run}:{round_}:{member}".encode()) & 0x7FFFFFFF
 
 
+def graded_batch_json(
+    run_id: str,
+    round_: int,
+    member: str,
+    reward_mode: str,
+    resp: GenerateResponse,
+    rewards: list[list[float]],
+    answers: list[list[str | None]],
+    diag: BatchDiagnostics,
+    now: float,
+) -> bytes:
+    """``GradedBatch.model_dump_json()`` of a member's batch, built from plain dicts.
+
+    Every field comes from validated inputs, and a round builds N*B*G samples, so per-sample
+    model construction would dominate the round's cost; the JSON is byte-for-byte what the
+    model would dump (a test checks it round-trips through ``GradedBatch``).
+    """
+    bid = batch_id(run_id, round_, member)
+    version = resp.weight_version
+    samples = []
+    for p, pr in enumerate(resp.results):
+        gid = f"{bid}-p{p}"
+        rw_p, ans_p, prompt, prompt_ids = rewards[p], answers[p], pr.prompt, pr.prompt_token_ids
+        for s, smp in enumerate(pr.samples):
+            samples.append(
+                {
+                    "sample_id": f"{gid}-s{s}",
+                    "group_id": gid,
+                    "prompt": prompt,
+                    "prompt_token_ids": prompt_ids,
+                    "response": smp.text,
+                    "response_token_ids": smp.token_ids,
+                    "logprobs": smp.logprobs,
+                    "finish_reason": smp.finish_reason,
+                    "weight_version": version,
+                    "reward": float(rw_p[s]),
+                    "answer": ans_p[s],
+                }
+            )
+    batch = {
+        "batch_id": bid,
+        "run_id": run_id,
+        "round": round_,
+        "member": member,
+        "reward_mode": reward_mode,
+        "created_at": now,
+        "samples": samples,
+        "diagnostics": diag.model_dump(),
+    }
+    return to_json(batch)
+
+
 class RoundDriver:
     def __init__(
-        self, cfg: CohortConfig, settings: AggregatorSettings, store: RoundStore, client: MemberClient,
-        source: PromptSource, metrics: AggregatorMetrics, pool: GradingPool | None = None,
+        self,
+        cfg: CohortConfig,
+        settings: AggregatorSettings,
+        store: RoundStore,
+        client: MemberClient,
+        source: PromptSource,
+        metrics: AggregatorMetrics,
+        pool: GradingPool | None = None,
     ):
         self.cfg, self.settings, self.store, self.client = cfg, settings, store, client
         self.source, self.metrics, self.pool = source, metrics, pool
@@ -78,8 +136,12 @@ class RoundDriver:
         """Create the consumer groups and load the durable round state."""
         await self.store.ensure_groups(self._trained)
         await self._load()
-        log.info("run %s: continuing at round %d (prompt cursor %d)", self.cfg.run_id, self.state.next_round,
-                 self.state.cursor)
+        log.info(
+            "run %s: continuing at round %d (prompt cursor %d)",
+            self.cfg.run_id,
+            self.state.next_round,
+            self.state.cursor,
+        )
 
     async def _load(self) -> None:
         self.state = await self.store.load()
@@ -113,9 +175,14 @@ class RoundDriver:
 
     async def _generate(self, member: MemberConfig, round_: int, prompts: list[str]) -> GenerateResponse | None:
         rc = self.cfg.rounds
-        req = GenerateRequest(prompts=prompts, n=rc.samples_per_prompt, max_tokens=rc.max_tokens,
-                              temperature=rc.temperature, top_p=rc.top_p,
-                              seed=_seed(self.cfg.run_id, round_, member.name))
+        req = GenerateRequest(
+            prompts=prompts,
+            n=rc.samples_per_prompt,
+            max_tokens=rc.max_tokens,
+            temperature=rc.temperature,
+            top_p=rc.top_p,
+            seed=_seed(self.cfg.run_id, round_, member.name),
+        )
         t0 = time.perf_counter()
         try:
             resp = await self.client.generate(member, req)
@@ -149,8 +216,13 @@ class RoundDriver:
         missing = [name for name in self._order if name not in ok]
         if len(ok) < rc.min_quorum:
             m.rounds.labels("no_quorum").inc()
-            log.warning("round %d: only %d of %d members answered (quorum %d): retrying later", r, len(ok),
-                        len(cfg.members), rc.min_quorum)
+            log.warning(
+                "round %d: only %d of %d members answered (quorum %d): retrying later",
+                r,
+                len(ok),
+                len(cfg.members),
+                rc.min_quorum,
+            )
             return RoundResult(r, "no_quorum", missing=missing)
 
         present = list(ok)
@@ -178,10 +250,13 @@ class RoundDriver:
             if member_stats[name].pseudo_label_accuracy is not None:
                 m.label_accuracy.labels(name).set(member_stats[name].pseudo_label_accuracy)
             if name in targets:
-                batches[name] = self._batch_json(r, name, ok[name], rewards[name], answers[name], diag, now)
+                batches[name] = graded_batch_json(
+                    cfg.run_id, r, name, cfg.reward.mode, ok[name], rewards[name], answers[name], diag, now
+                )
 
-        stats = RoundStats(round=r, created_at=now, members=member_stats, missing=missing,
-                           agreement=agreement_matrix(pseudo))
+        stats = RoundStats(
+            round=r, created_at=now, members=member_stats, missing=missing, agreement=agreement_matrix(pseudo)
+        )
         learnt = {"reliability": self.reliability.snapshot(), "collapse": self.collapse.snapshot()}
         new_cursor = cursor + len(examples)
         added = await self.store.commit(r, new_cursor, batches, stats.model_dump_json(), learnt)
@@ -203,8 +278,12 @@ class RoundDriver:
         return RoundResult(r, "ok", written=sorted(batches), missing=missing, samples=n_samples * len(batches))
 
     async def _rewards(
-        self, r: int, prompts: list[str], texts: dict[str, list[list[str]]],
-        answers: dict[str, list[list[str | None]]], truth: list[str | None],
+        self,
+        r: int,
+        prompts: list[str],
+        texts: dict[str, list[list[str]]],
+        answers: dict[str, list[list[str | None]]],
+        truth: list[str | None],
     ) -> tuple[dict[str, list[list[float]]], dict[str, list[str | None]], dict[str, list[str | None]]]:
         """(rewards, labels, pseudo-labels) of every present member. Dataset answers reach reward
         code only in the explicit ``ground_truth`` baseline."""
@@ -212,15 +291,21 @@ class RoundDriver:
         present = list(answers)
         if rw.mode != "peer_judge":
             out = compute_rewards(
-                rw.mode, answers, members=present, threshold=rw.threshold, topology=rw.topology, order=self._order,
+                rw.mode,
+                answers,
+                members=present,
+                threshold=rw.threshold,
+                topology=rw.topology,
+                order=self._order,
                 reliability=self.reliability.effective_weights() if rw.mode == "peer_agreement" else None,
                 dataset_answers=truth if rw.mode == "ground_truth" else None,
             )
             if len(present) >= 2:
                 peer_votes_reliability_update(self.reliability, out.pseudo_labels)
             return out.rewards, out.labels, out.pseudo_labels
-        grades = await judge_round(r, self.cfg, prompts, texts, self.client, self.pool, self.settings.grading,
-                                   self.metrics)
+        grades = await judge_round(
+            r, self.cfg, prompts, texts, self.client, self.pool, self.settings.grading, self.metrics
+        )
         rewards = judge_rewards(grades, self.reliability.effective_weights(), rw.judge.combine, rw.judge.trim)
         self.reliability.update([g for a in present for row in grades[a] for g in row if len(g) >= 2])
         # A judged prompt counts as labelled when a peer graded at least one of its samples.
@@ -229,36 +314,6 @@ class RoundDriver:
         }
         pseudo = {a: [pseudo_label(s, rw.threshold) for s in answers[a]] for a in present}
         return rewards, labels, pseudo
-
-    def _batch_json(
-        self, r: int, member: str, resp: GenerateResponse, rewards: list[list[float]],
-        answers: list[list[str | None]], diag: BatchDiagnostics, now: float,
-    ) -> bytes:
-        """``GradedBatch.model_dump_json()`` of the member's batch, built from plain dicts.
-
-        Every field comes from validated inputs, and a round builds N*B*G samples, so per-sample
-        model construction would dominate the round's cost; the JSON is byte-for-byte what the
-        model would dump (a test checks it round-trips through ``GradedBatch``).
-        """
-        bid = batch_id(self.cfg.run_id, r, member)
-        version = resp.weight_version
-        samples = []
-        for p, pr in enumerate(resp.results):
-            gid = f"{bid}-p{p}"
-            rw_p, ans_p, prompt, prompt_ids = rewards[p], answers[p], pr.prompt, pr.prompt_token_ids
-            for s, smp in enumerate(pr.samples):
-                samples.append({
-                    "sample_id": f"{gid}-s{s}", "group_id": gid, "prompt": prompt, "prompt_token_ids": prompt_ids,
-                    "response": smp.text, "response_token_ids": smp.token_ids, "logprobs": smp.logprobs,
-                    "finish_reason": smp.finish_reason, "weight_version": version, "reward": float(rw_p[s]),
-                    "answer": ans_p[s],
-                })
-        batch = {
-            "batch_id": bid, "run_id": self.cfg.run_id, "round": r, "member": member,
-            "reward_mode": self.cfg.reward.mode, "created_at": now, "samples": samples,
-            "diagnostics": diag.model_dump(),
-        }
-        return to_json(batch)
 
     def _publish_graders(self) -> None:
         for g in list(self.reliability.weights)[: self.settings.grading.max_graders + len(self._order)]:

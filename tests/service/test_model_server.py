@@ -14,7 +14,7 @@ from fastapi import FastAPI
 from corl.proto import ErrorResponse, GenerateResponse, GradeResponse, InfoResponse, WeightUpdateResponse
 
 WeightsFactory = Callable[..., tuple[Path, str]]
-AUTH = {"Authorization": "Bearer test-admin-token"}  # tests/service/conftest.py ADMIN_TOKEN
+AUTH = {"Authorization": "Bearer test-admin-token"}  # tests/conftest.py ADMIN_TOKEN
 
 GEN = {"prompts": ["12+34=", "07+08="], "n": 3, "max_tokens": 5}
 

@@ -12,13 +12,11 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
-from fastapi import FastAPI
 
 # The contract tests are the model-server tests themselves, imported from tests/service.
 SERVICE_TESTS = Path(__file__).resolve().parents[1] / "service"
@@ -28,7 +26,6 @@ if str(SERVICE_TESTS) not in sys.path:
 
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 
-ADMIN_TOKEN = "test-admin-token"  # tests/service/conftest.py's
 EnginePool = Callable[[Path], Any]
 
 
@@ -74,55 +71,6 @@ def shared_engine_backends(monkeypatch: pytest.MonkeyPatch, vllm_engines: Engine
 
 
 @pytest.fixture
-def server_settings(tiny_model_dir: Path) -> Any:
-    """tests/service/conftest.py's settings (the contract tests' bounds), with the vLLM backend."""
-    from corl.services.model.settings import BatchingSettings, ServerSettings
-
-    return ServerSettings(
-        _env_file=None,  # type: ignore[call-arg]
-        model_dir=str(tiny_model_dir),
-        name="tiny",
-        admin_token=ADMIN_TOKEN,
-        backend="vllm",
-        max_prompts=8,
-        max_n=16,
-        max_tokens=32,
-        max_body_bytes=16_384,
-        request_timeout_s=60.0,
-        batch=BatchingSettings(window_ms=10.0),
-    )
-
-
-@pytest.fixture
-async def model_app(server_settings: Any) -> AsyncIterator[FastAPI]:
-    from corl.services.model.app import create_app
-
-    app = create_app(server_settings)
-    async with app.router.lifespan_context(app):
-        await app.state.serving.wait_ready(60)  # the engine is already up: this is a weights reset
-        yield app
-
-
-@pytest.fixture
-async def client(model_app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
-    transport = httpx.ASGITransport(app=model_app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://model", timeout=60.0) as c:
-        yield c
-
-
-@pytest.fixture(scope="session")
-def make_weights(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Callable[..., tuple[Path, str]]:
-    """tests/service/conftest.py's factory: ``make_weights(seed, **config_overrides) -> (dir, sha256)``."""
-    import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    from corl.weights_store import digest
-
-    def factory(seed: int, initializer_range: float = 0.5, **overrides: object) -> tuple[Path, str]:
-        cfg = AutoConfig.from_pretrained(tiny_model_dir, initializer_range=initializer_range, **overrides)
-        torch.manual_seed(seed)
-        out = tmp_path_factory.mktemp(f"weights-{seed}")
-        AutoModelForCausalLM.from_config(cfg).save_pretrained(out)
-        return out, digest(out)
-
-    return factory
+def server_settings(server_settings: Any) -> Any:
+    """The contract tests' settings (tests/conftest.py), with the vLLM backend."""
+    return server_settings.model_copy(update={"backend": "vllm", "num_threads": None, "request_timeout_s": 60.0})

@@ -15,7 +15,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 WeightFormat = Literal["full", "lora"]
 FinishReason = Literal["stop", "length"]
@@ -145,3 +145,22 @@ class Backend(abc.ABC):
         unusable weights; in both cases the old weights keep serving. Requests already running
         finish on the old weights.
         """
+
+
+def first_too_long(tokenizer: Any, prompts: Sequence[str], max_tokens: int, limit: int | None) -> int | None:
+    """Index of the first prompt whose tokens plus ``max_tokens`` exceed ``limit``, or None; one
+    batched tokenizer call (per-prompt ``encode`` costs more than a tiny model's forward pass)."""
+    if limit is None or tokenizer is None:
+        return None
+    for i, ids in enumerate(tokenizer(list(prompts), add_special_tokens=False)["input_ids"]):
+        if len(ids) + max_tokens > limit:
+            return i
+    return None
+
+
+def single_token_id(tokenizer: Any, text: str, owner: str) -> int:
+    """The id of ``text`` if the tokenizer makes it exactly one token (judge verdicts must be)."""
+    ids = tokenizer.encode(text, add_special_tokens=False)
+    if len(ids) != 1:
+        raise ValueError(f"verdict {text!r} is {len(ids)} tokens for {owner}'s tokenizer, not 1")
+    return int(ids[0])

@@ -41,6 +41,8 @@ from .base import (
     StaleVersionError,
     WeightFormat,
     WeightLoadError,
+    first_too_long,
+    single_token_id,
 )
 
 log = logging.getLogger(__name__)
@@ -106,14 +108,7 @@ class TransformersBackend(Backend):
         return self._active.version if self._active else self._initial_version
 
     def too_long(self, prompts: Sequence[str], max_tokens: int) -> int | None:
-        if self._max_len is None or self._tokenizer is None:
-            return None
-        # One batched call: per-prompt encode() costs more than a tiny model's forward pass.
-        ids = self._tokenizer(list(prompts), add_special_tokens=False)["input_ids"]
-        for i, p in enumerate(ids):
-            if len(p) + max_tokens > self._max_len:
-                return i
-        return None
+        return first_too_long(self._tokenizer, prompts, max_tokens, self._max_len)
 
     # --- lifecycle ----------------------------------------------------------------------------
     async def start(self) -> None:
@@ -197,10 +192,7 @@ class TransformersBackend(Backend):
         return await asyncio.get_running_loop().run_in_executor(self._infer, self._judge_sync, list(texts), ids)
 
     def _single_token(self, text: str) -> int:
-        ids = self._tokenizer.encode(text, add_special_tokens=False)
-        if len(ids) != 1:
-            raise ValueError(f"verdict {text!r} is {len(ids)} tokens for {self._name}'s tokenizer, not 1")
-        return int(ids[0])
+        return single_token_id(self._tokenizer, text, self._name)
 
     @torch.inference_mode()
     def _judge_sync(self, texts: list[str], ids: list[int]) -> JudgeOutput:

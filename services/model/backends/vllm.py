@@ -55,6 +55,8 @@ from .base import (
     StaleVersionError,
     WeightFormat,
     WeightLoadError,
+    first_too_long,
+    single_token_id,
 )
 from .vllm_engine import EngineOptions, VLLMEngine
 
@@ -171,13 +173,7 @@ class VLLMBackend(Backend):
         return self._serving.version
 
     def too_long(self, prompts: Sequence[str], max_tokens: int) -> int | None:
-        limit = self._engine.max_model_len
-        if limit is None or self._tokenizer is None:
-            return None
-        for i, p in enumerate(prompts):
-            if len(self._tokenizer.encode(p, add_special_tokens=False)) + max_tokens > limit:
-                return i
-        return None
+        return first_too_long(self._tokenizer, prompts, max_tokens, self._engine.max_model_len)
 
     # --- lifecycle ----------------------------------------------------------------------------
     async def start(self) -> None:
@@ -355,10 +351,7 @@ class VLLMBackend(Backend):
         return JudgeOutput(serving.version, scores)
 
     def _single_token(self, text: str) -> int:
-        ids = self._tokenizer.encode(text, add_special_tokens=False)
-        if len(ids) != 1:
-            raise ValueError(f"verdict {text!r} is {len(ids)} tokens for {self._name}'s tokenizer, not 1")
-        return int(ids[0])
+        return single_token_id(self._tokenizer, text, self._name)
 
     # --- weights ------------------------------------------------------------------------------
     async def load_weights(self, version: int, path: str, fmt: WeightFormat, sha256: str) -> float:

@@ -27,22 +27,23 @@ from .serving import ModelServing
 from .settings import ServerSettings
 
 
-def get_settings(request: Request) -> ServerSettings:
+# Dependencies are ``async def``: FastAPI would run a plain ``def`` in a worker thread, a thread hop per request.
+async def get_settings(request: Request) -> ServerSettings:
     return request.app.state.settings  # type: ignore[no-any-return]
 
 
-def get_metrics(request: Request) -> ServerMetrics:
+async def get_metrics(request: Request) -> ServerMetrics:
     return request.app.state.metrics  # type: ignore[no-any-return]
 
 
-def get_serving(request: Request) -> ModelServing:
+async def get_serving(request: Request) -> ModelServing:
     serving = getattr(request.app.state, "serving", None)
     if serving is None:
         raise UnavailableError("server is starting")
     return serving  # type: ignore[no-any-return]
 
 
-def require_admin(
+async def require_admin(
     settings: Annotated[ServerSettings, Depends(get_settings)],
     authorization: Annotated[str | None, Header()] = None,
 ) -> None:

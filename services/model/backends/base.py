@@ -152,6 +152,10 @@ def first_too_long(tokenizer: Any, prompts: Sequence[str], max_tokens: int, limi
     batched tokenizer call (per-prompt ``encode`` costs more than a tiny model's forward pass)."""
     if limit is None or tokenizer is None:
         return None
+    # No tokenizer in use (BPE, unigram, WordPiece, char-level) makes more tokens than UTF-8 bytes,
+    # plus a prefix-space marker: prompts that fit by that bound need no tokenizer call.
+    if all(len(p.encode()) + 1 + max_tokens <= limit for p in prompts):
+        return None
     for i, ids in enumerate(tokenizer(list(prompts), add_special_tokens=False)["input_ids"]):
         if len(ids) + max_tokens > limit:
             return i

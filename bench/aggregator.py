@@ -56,12 +56,14 @@ def _commands(r: redis.Redis) -> int:
 
 async def bench_n(url: str, n: int, rounds: int) -> tuple[float, float, float, float]:
     names = [f"m{i}" for i in range(n)]
-    cfg = parse_config({
-        "run_id": f"bench-n{n}",
-        "members": [{"name": m, "model": "unused", "servers": [FakeCohort.url(m)]} for m in names],
-        "rounds": {"prompts_per_round": B, "samples_per_prompt": G, "max_pending_batches": 1_000_000},
-        "reward": {"mode": "peer_label"},
-    })
+    cfg = parse_config(
+        {
+            "run_id": f"bench-n{n}",
+            "members": [{"name": m, "model": "unused", "servers": [FakeCohort.url(m)]} for m in names],
+            "rounds": {"prompts_per_round": B, "samples_per_prompt": G, "max_pending_batches": 1_000_000},
+            "reward": {"mode": "peer_label"},
+        }
+    )
     settings = AggregatorSettings(config=Path("unused"), stream_maxlen=1000)
     cohort = FakeCohort.of(*names, accuracy=0.6)
     # Instant servers: each member's response is built once and replayed.
@@ -96,14 +98,18 @@ async def bench_n(url: str, n: int, rounds: int) -> tuple[float, float, float, f
 async def main(rounds: int) -> None:
     results = {}
     with LocalRedis(appendonly=False) as server:
-        print(f"{'N':>3} {'G':>2} {'B':>3} {'samples/round':>13} {'samples/s':>10} {'samples/cpu-s':>13} "
-              f"{'rounds/s':>8} {'redis trips/round':>17} {'redis cmds/round':>16}")
+        print(
+            f"{'N':>3} {'G':>2} {'B':>3} {'samples/round':>13} {'samples/s':>10} {'samples/cpu-s':>13} "
+            f"{'rounds/s':>8} {'redis trips/round':>17} {'redis cmds/round':>16}"
+        )
         for n in (2, 4, 8, 16):
             sps, cpu_sps, trips, cmds = await bench_n(server.url, n, rounds)
             results[n] = sps
             per_round = n * B * G
-            print(f"{n:>3} {G:>2} {B:>3} {per_round:>13} {sps:>10.0f} {cpu_sps:>13.0f} {sps / per_round:>8.1f} "
-                  f"{trips:>17.1f} {cmds:>16.1f}")
+            print(
+                f"{n:>3} {G:>2} {B:>3} {per_round:>13} {sps:>10.0f} {cpu_sps:>13.0f} {sps / per_round:>8.1f} "
+                f"{trips:>17.1f} {cmds:>16.1f}"
+            )
     print(f"RESULT samples_per_s_n4={results[4]:.0f} scaling_n16_over_n2={results[16] / results[2]:.2f}")
 
 

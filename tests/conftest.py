@@ -24,8 +24,14 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("tiny-gpt2")
     tok = build_char_tokenizer()
     cfg = GPT2Config(
-        vocab_size=len(tok), n_embd=64, n_layer=2, n_head=2, n_positions=64,
-        bos_token_id=tok.eos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
+        vocab_size=len(tok),
+        n_embd=64,
+        n_layer=2,
+        n_head=2,
+        n_positions=64,
+        bos_token_id=tok.eos_token_id,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
     )
     GPT2LMHeadModel(cfg).save_pretrained(out)
     tok.save_pretrained(out)

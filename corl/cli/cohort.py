@@ -19,9 +19,7 @@ def init(
     preset: Annotated[str, typer.Option(help="Cohort preset: tiny (4 members) or micro (2, for tests).")] = "tiny",
     seed: Annotated[int, typer.Option(help="Task split seed; member i is initialised with seed + i.")] = 0,
     task: Annotated[str, typer.Option(help="Task the members warm up on.")] = "addition",
-    member: Annotated[
-        list[str] | None, typer.Option("--member", help="Build only these members (repeatable).")
-    ] = None,
+    member: Annotated[list[str] | None, typer.Option("--member", help="Build only these members (repeatable).")] = None,
     band: Annotated[
         tuple[float, float] | None,
         typer.Option(help="Greedy-accuracy band to stop warm-up in, e.g. --band 0.4 0.55."),
@@ -38,8 +36,15 @@ def init(
         k: v for k, v in {"band": band, "max_steps": max_steps, "check_every": check_every}.items() if v is not None
     }
     build_with_progress(
-        out, Console(), preset=preset, seed=seed, task=task, members=member, overrides=overrides,
-        jobs=jobs, threads=threads,
+        out,
+        Console(),
+        preset=preset,
+        seed=seed,
+        task=task,
+        members=member,
+        overrides=overrides,
+        jobs=jobs,
+        threads=threads,
     )
 
 
@@ -86,8 +91,11 @@ def build_with_progress(
         raise typer.BadParameter(str(err), param_hint="--preset") from None
     limit = int((overrides or {}).get("max_steps", p.warmup.max_steps))
     columns = (
-        TextColumn("{task.description:<8}"), BarColumn(), TextColumn("step {task.completed:>4.0f}"),
-        TextColumn("{task.fields[status]}"), TimeElapsedColumn(),
+        TextColumn("{task.description:<8}"),
+        BarColumn(),
+        TextColumn("step {task.completed:>4.0f}"),
+        TextColumn("{task.fields[status]}"),
+        TimeElapsedColumn(),
     )
     with Progress(*columns, console=console) as progress:
         bars: dict[str, TaskID] = {}
@@ -104,8 +112,15 @@ def build_with_progress(
 
         try:
             manifest = build_cohort(
-                out, p, seed=seed, task_name=task, warmup_overrides=overrides, members=members,
-                progress=report, jobs=jobs, threads=threads,
+                out,
+                p,
+                seed=seed,
+                task_name=task,
+                warmup_overrides=overrides,
+                members=members,
+                progress=report,
+                jobs=jobs,
+                threads=threads,
             )
         except ValueError as err:
             raise typer.BadParameter(str(err)) from None

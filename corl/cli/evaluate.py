@@ -48,16 +48,24 @@ def eval_cohort(
 
     k = samples
     table = Table(title=f"{manifest.task} held-out eval ({int(next(iter(results.values()))['n_prompts'])} prompts)")
-    cols = [("member", None), ("family", None), ("greedy acc", "greedy_acc"), ("sample acc (T=1)", "sample_acc"),
-            (f"maj@{k} acc", f"maj@{k}_acc"), (f"distinct / {k}", "distinct"), ("entropy (nats)", "entropy"),
-            ("valid", "valid_rate")]
+    cols = [
+        ("member", None),
+        ("family", None),
+        ("greedy acc", "greedy_acc"),
+        ("sample acc (T=1)", "sample_acc"),
+        (f"maj@{k} acc", f"maj@{k}_acc"),
+        (f"distinct / {k}", "distinct"),
+        ("entropy (nats)", "entropy"),
+        ("valid", "valid_rate"),
+    ]
     for title, _ in cols:
         table.add_column(title, justify="left" if title in ("member", "family") else "right")
     for m in manifest.members:
         r = results[m.name]
         table.add_row(
-            m.name, m.family, *(f"{r[key]:.2f}" if key in ("distinct", "entropy") else f"{r[key]:.1%}"
-                                for _, key in cols[2:] if key)
+            m.name,
+            m.family,
+            *(f"{r[key]:.2f}" if key in ("distinct", "entropy") else f"{r[key]:.1%}" for _, key in cols[2:] if key),
         )
     console.print(table)
     if json_out:

@@ -59,7 +59,13 @@ def build_member(
     report = progress or (lambda *_: None)
     report(spec.name, "start", 0, float(params))
     result: WarmupResult = warm_up(
-        model, tokenizer, task, splits.warmup, splits.eval, warmup or WarmupSettings(), seed=init_seed,
+        model,
+        tokenizer,
+        task,
+        splits.warmup,
+        splits.eval,
+        warmup or WarmupSettings(),
+        seed=init_seed,
         on_step=lambda s, loss: report(spec.name, "step", s, loss),
         on_check=lambda s, acc: report(spec.name, "check", s, acc),
     )
@@ -67,14 +73,26 @@ def build_member(
     out_dir.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)
-    meta = {"name": spec.name, "family": spec.family, "task": task_name, "params": params,
-            "seed": seed, "init_seed": init_seed}
+    meta = {
+        "name": spec.name,
+        "family": spec.family,
+        "task": task_name,
+        "params": params,
+        "seed": seed,
+        "init_seed": init_seed,
+    }
     (out_dir / MEMBER_META).write_text(json.dumps(meta, indent=2) + "\n")
     report(spec.name, "done", result.steps, result.accuracy)
     return MemberRecord(
-        name=spec.name, family=spec.family, path=out_dir.name, params=params,
-        warmup_steps=result.steps, warmup_seconds=round(result.seconds, 2),
-        accuracy=result.accuracy, in_band=result.in_band, rollbacks=result.rollbacks,
+        name=spec.name,
+        family=spec.family,
+        path=out_dir.name,
+        params=params,
+        warmup_steps=result.steps,
+        warmup_seconds=round(result.seconds, 2),
+        accuracy=result.accuracy,
+        in_band=result.in_band,
+        rollbacks=result.rollbacks,
     )
 
 
@@ -117,7 +135,11 @@ def build_cohort(
     else:
         records = _build_parallel(jobs_kw, jobs, threads, progress)
     manifest = CohortManifest(
-        preset=p.name, task=task_name, seed=seed, band=settings.band, members=records,
+        preset=p.name,
+        task=task_name,
+        seed=seed,
+        band=settings.band,
+        members=records,
         total_seconds=round(time.perf_counter() - t0, 2),
     )
     write_manifest(manifest, out)

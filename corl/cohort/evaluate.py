@@ -71,8 +71,13 @@ def evaluate_model(
     sampled: list[list[str | None]] = []
     for i, chunk in enumerate(_chunks(prompts, batch_size)):
         out = sample(
-            model, tokenizer, list(chunk), n=n_samples, max_tokens=max_tokens,
-            temperature=temperature, seed=seed + i,
+            model,
+            tokenizer,
+            list(chunk),
+            n=n_samples,
+            max_tokens=max_tokens,
+            temperature=temperature,
+            seed=seed + i,
         )
         sampled += [[task.extract_answer(c.text) for c in pc.completions] for pc in out]
     flat = [a for group in sampled for a in group]
@@ -106,6 +111,4 @@ def evaluate_member(
     examples = task.splits(split_seed).eval
     if n_prompts is not None:
         examples = examples[:n_prompts]
-    return evaluate_model(
-        model, tokenizer, task, examples, n_samples=n_samples, max_tokens=max_tokens, seed=seed
-    )
+    return evaluate_model(model, tokenizer, task, examples, n_samples=n_samples, max_tokens=max_tokens, seed=seed)

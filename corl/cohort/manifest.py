@@ -67,8 +67,13 @@ def manifest_table(manifest: CohortManifest) -> Table:
         table.add_column(col, justify="left" if col in ("member", "family") else "right")
     for m in manifest.members:
         table.add_row(
-            m.name, m.family, f"{m.params:,}", str(m.warmup_steps), f"{m.warmup_seconds:.1f}",
-            f"{m.accuracy:.1%}", "yes" if m.in_band else "no",
+            m.name,
+            m.family,
+            f"{m.params:,}",
+            str(m.warmup_steps),
+            f"{m.warmup_seconds:.1f}",
+            f"{m.accuracy:.1%}",
+            "yes" if m.in_band else "no",
         )
     table.caption = f"total {manifest.total_seconds:.1f} s"
     return table

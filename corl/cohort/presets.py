@@ -73,15 +73,21 @@ TINY = Preset(
         MemberSpec(
             "llama",
             "llama",
-            dict(hidden_size=96, num_hidden_layers=2, num_attention_heads=3, num_key_value_heads=3,
-                 intermediate_size=384),
+            dict(
+                hidden_size=96, num_hidden_layers=2, num_attention_heads=3, num_key_value_heads=3, intermediate_size=384
+            ),
         ),
         # ~1M: 2 layers, 6 query heads of 32 sharing 2 KV heads (GQA).
         MemberSpec(
             "qwen2",
             "qwen2",
-            dict(hidden_size=192, num_hidden_layers=2, num_attention_heads=6, num_key_value_heads=2,
-                 intermediate_size=768),
+            dict(
+                hidden_size=192,
+                num_hidden_layers=2,
+                num_attention_heads=6,
+                num_key_value_heads=2,
+                intermediate_size=768,
+            ),
         ),
     ),
 )
@@ -95,8 +101,9 @@ MICRO = Preset(
         MemberSpec(
             "llama",
             "llama",
-            dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=1, num_key_value_heads=1,
-                 intermediate_size=64),
+            dict(
+                hidden_size=32, num_hidden_layers=1, num_attention_heads=1, num_key_value_heads=1, intermediate_size=64
+            ),
         ),
     ),
     WarmupSettings(batch_size=32, check_every=2, max_steps=4, band=None),

@@ -110,7 +110,10 @@ class CollapseDetector:
         if alarm and member not in self.alarmed:
             logger.warning(
                 "collapse alarm for member %s: distinct-answer rate %.3f < %.2f x start %.3f",
-                member, distinct_rate, self.collapse_fraction, self.start[member],
+                member,
+                distinct_rate,
+                self.collapse_fraction,
+                self.start[member],
             )
         if alarm:
             self.alarmed.add(member)
@@ -120,8 +123,10 @@ class CollapseDetector:
 
     def snapshot(self) -> dict[str, Any]:
         return {
-            "collapse_fraction": self.collapse_fraction, "warmup_rounds": self.warmup_rounds,
-            "start": dict(self.start), "alarmed": sorted(self.alarmed),
+            "collapse_fraction": self.collapse_fraction,
+            "warmup_rounds": self.warmup_rounds,
+            "start": dict(self.start),
+            "alarmed": sorted(self.alarmed),
             "warmup": {m: list(v) for m, v in self._warmup.items()},
         }
 

@@ -79,8 +79,11 @@ class GraderReliability:
     @classmethod
     def from_config(cls, cfg: ReliabilityConfig, **kw: Any) -> GraderReliability:
         return cls(
-            ema=cfg.ema, floor=cfg.floor, probation_weight=cfg.probation_weight,
-            quarantine_below=cfg.quarantine_below, **kw,
+            ema=cfg.ema,
+            floor=cfg.floor,
+            probation_weight=cfg.probation_weight,
+            quarantine_below=cfg.quarantine_below,
+            **kw,
         )
 
     def register(self, name: str, probation: bool = False) -> None:
@@ -124,7 +127,10 @@ class GraderReliability:
                 self.quarantined.add(g)
                 logger.warning(
                     "grader %s quarantined: weight %.3f < %.3f after %d observations",
-                    g, self.weights[g], self.quarantine_below, self.observations[g],
+                    g,
+                    self.weights[g],
+                    self.quarantine_below,
+                    self.observations[g],
                 )
 
     def observe_batch(self, agreements: Mapping[str, float]) -> dict[str, float]:
@@ -175,10 +181,15 @@ class GraderReliability:
         """JSON-able state, for stats and persistence."""
         return {
             "config": {
-                "ema": self.ema, "floor": self.floor, "probation_weight": self.probation_weight,
-                "quarantine_below": self.quarantine_below, "initial_weight": self.initial_weight,
-                "min_observations": self.min_observations, "consensus": self.consensus,
-                "relative": self.relative, "min_informative": self.min_informative,
+                "ema": self.ema,
+                "floor": self.floor,
+                "probation_weight": self.probation_weight,
+                "quarantine_below": self.quarantine_below,
+                "initial_weight": self.initial_weight,
+                "min_observations": self.min_observations,
+                "consensus": self.consensus,
+                "relative": self.relative,
+                "min_informative": self.min_informative,
                 "release_above": self.release_above,
             },
             "weights": dict(self.weights),

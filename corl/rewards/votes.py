@@ -93,9 +93,7 @@ def _match(samples: Sequence[str | None], label: str | None) -> list[float]:
     return [1.0 if a is not None and a == label else 0.0 for a in samples]
 
 
-def _peer_labels(
-    pseudo: Mapping[str, Sequence[str | None]], sups: Sequence[str], n_prompts: int
-) -> list[str | None]:
+def _peer_labels(pseudo: Mapping[str, Sequence[str | None]], sups: Sequence[str], n_prompts: int) -> list[str | None]:
     # Plurality over the supervisors' pseudo-labels; with one supervisor this is its label.
     return [plurality([pseudo[s][p] for s in sups]) for p in range(n_prompts)]
 

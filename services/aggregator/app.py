@@ -37,8 +37,12 @@ def create_app(
             timeout=httpx.Timeout(cfg.rounds.request_timeout_s, connect=hs.connect_timeout_s),
             limits=httpx.Limits(max_connections=hs.max_connections),
         )
-        redis = aioredis.Redis.from_url(settings.redis_url or cfg.redis_url, socket_connect_timeout=5.0,
-                                        socket_timeout=settings.redis_timeout_s, health_check_interval=30)
+        redis = aioredis.Redis.from_url(
+            settings.redis_url or cfg.redis_url,
+            socket_connect_timeout=5.0,
+            socket_timeout=settings.redis_timeout_s,
+            health_check_interval=30,
+        )
         service = AggregatorService(cfg, settings, redis, http, app.state.metrics)
         try:
             await service.start(run_rounds=settings.autostart)

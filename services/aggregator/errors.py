@@ -49,8 +49,15 @@ class Unavailable(AggregatorError):
 
 
 _STATUS_TYPES: dict[int, ErrorType] = {
-    401: "unauthorized", 403: "forbidden", 404: "not_found", 405: "invalid_request", 409: "conflict",
-    413: "payload_too_large", 422: "invalid_request", 429: "rate_limited", 503: "unavailable",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "invalid_request",
+    409: "conflict",
+    413: "payload_too_large",
+    422: "invalid_request",
+    429: "rate_limited",
+    503: "unavailable",
 }
 
 

@@ -63,8 +63,14 @@ class Grader:
 
 class GradingPool:
     def __init__(
-        self, redis: aioredis.Redis, run: str, settings: GradingSettings, metrics: AggregatorMetrics,
-        reliability: GraderReliability, admin_token: str | None, reserved: set[str] | None = None,
+        self,
+        redis: aioredis.Redis,
+        run: str,
+        settings: GradingSettings,
+        metrics: AggregatorMetrics,
+        reliability: GraderReliability,
+        admin_token: str | None,
+        reserved: set[str] | None = None,
     ):
         self.redis, self.run, self.settings, self.metrics = redis, run, settings, metrics
         self.reliability = reliability
@@ -140,8 +146,16 @@ class GradingPool:
         pipe = self.redis.pipeline(transaction=True)
         for tid, (prompt, response) in zip(ids, items, strict=True):
             k = keys.grading_task(self.run, tid)
-            pipe.hset(k, mapping={"grader": grader, "round": round_, "prompt": prompt, "response": response,
-                                  "deadline": repr(deadline)})
+            pipe.hset(
+                k,
+                mapping={
+                    "grader": grader,
+                    "round": round_,
+                    "prompt": prompt,
+                    "response": response,
+                    "deadline": repr(deadline),
+                },
+            )
             pipe.expire(k, ttl)
         q = keys.grading_queue(self.run, grader)
         pipe.rpush(q, *ids)
@@ -178,8 +192,14 @@ class GradingPool:
         for tid, h in zip(ids, await pipe.execute(), strict=True):
             if not h or float(h[b"deadline"]) <= now or b"done" in h:
                 continue  # dropped (past its deadline) or already answered
-            tasks.append(GradingTask(task_id=tid, prompt=h[b"prompt"].decode(), response=h[b"response"].decode(),
-                                     deadline=float(h[b"deadline"])))
+            tasks.append(
+                GradingTask(
+                    task_id=tid,
+                    prompt=h[b"prompt"].decode(),
+                    response=h[b"response"].decode(),
+                    deadline=float(h[b"deadline"]),
+                )
+            )
         if tasks:
             expiry = now + self.settings.lease_s
             leases = keys.grading_leases(self.run, grader)

@@ -14,13 +14,18 @@ class AggregatorMetrics:
             "corl_aggregator_rounds_total", "Rounds by outcome (ok, no_quorum, backpressure).", ["status"], registry=r
         )
         self.round_seconds = Histogram(
-            "corl_aggregator_round_duration_seconds", "Wall time of one round, generation to commit.", registry=r,
+            "corl_aggregator_round_duration_seconds",
+            "Wall time of one round, generation to commit.",
+            registry=r,
             buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120),
         )
         self.round = Gauge("corl_aggregator_round", "Next round to run.", registry=r)
         self.generate_seconds = Histogram(
-            "corl_aggregator_generate_duration_seconds", "Generation call latency per member.", ["member"],
-            registry=r, buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
+            "corl_aggregator_generate_duration_seconds",
+            "Generation call latency per member.",
+            ["member"],
+            registry=r,
+            buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
         )
         self.member_failures = Counter(
             "corl_aggregator_member_failures_total", "Rounds a member was left out of.", ["member"], registry=r
@@ -43,18 +48,25 @@ class AggregatorMetrics:
             "corl_aggregator_mean_response_tokens", "Mean response length in tokens.", ["member"], registry=r
         )
         self.label_accuracy = Gauge(
-            "corl_aggregator_pseudo_label_accuracy", "Pseudo-label accuracy vs dataset answers (diagnostic).",
-            ["member"], registry=r,
+            "corl_aggregator_pseudo_label_accuracy",
+            "Pseudo-label accuracy vs dataset answers (diagnostic).",
+            ["member"],
+            registry=r,
         )
-        self.collapse = Gauge("corl_aggregator_collapse_alarm", "1 while a member's collapse alarm is raised.",
-                              ["member"], registry=r)
+        self.collapse = Gauge(
+            "corl_aggregator_collapse_alarm", "1 while a member's collapse alarm is raised.", ["member"], registry=r
+        )
         self.grader_weight = Gauge("corl_aggregator_grader_weight", "Reliability weight.", ["grader"], registry=r)
         self.quarantined = Gauge("corl_aggregator_grader_quarantined", "1 while quarantined.", ["grader"], registry=r)
         self.grading_results = Counter(
-            "corl_aggregator_grading_results_total", "Pull results by outcome (accepted, duplicate, late).",
-            ["outcome"], registry=r,
+            "corl_aggregator_grading_results_total",
+            "Pull results by outcome (accepted, duplicate, late).",
+            ["outcome"],
+            registry=r,
         )
         self.push_failures = Counter(
-            "corl_aggregator_push_grader_failures_total", "Push grader calls that failed or timed out.", ["grader"],
+            "corl_aggregator_push_grader_failures_total",
+            "Push grader calls that failed or timed out.",
+            ["grader"],
             registry=r,
         )

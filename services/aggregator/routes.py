@@ -64,20 +64,21 @@ async def run_stats(service: Service, run: str, last: Annotated[int | None, Quer
 
 
 @router.post("/v1/prompts")
-async def post_prompts(service: Service, body: PromptsPost, authorization: Authorization = None
-                       ) -> PromptsAccepted:
+async def post_prompts(service: Service, body: PromptsPost, authorization: Authorization = None) -> PromptsAccepted:
     return await service.post_prompts(authorization, body)
 
 
 @router.post("/v1/graders", status_code=201)
-async def register_grader(service: Service, body: GraderRegistration, authorization: Authorization = None
-                          ) -> GraderRegistered:
+async def register_grader(
+    service: Service, body: GraderRegistration, authorization: Authorization = None
+) -> GraderRegistered:
     return await service.register_grader(authorization, body)
 
 
 @router.get("/v1/grading/tasks")
 async def grading_tasks(
-    service: Service, grader: GraderName,
+    service: Service,
+    grader: GraderName,
     max_tasks: Annotated[int, Query(alias="max", ge=1)] = 16,
     wait: Annotated[float, Query(ge=0)] = 0.0,
 ) -> GradingTasks:

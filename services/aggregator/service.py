@@ -35,18 +35,34 @@ log = logging.getLogger(__name__)
 
 class AggregatorService:
     def __init__(
-        self, cfg: CohortConfig, settings: AggregatorSettings, redis: aioredis.Redis, http: httpx.AsyncClient,
+        self,
+        cfg: CohortConfig,
+        settings: AggregatorSettings,
+        redis: aioredis.Redis,
+        http: httpx.AsyncClient,
         metrics: AggregatorMetrics,
     ):
         self.cfg, self.settings, self.redis, self.metrics = cfg, settings, redis, metrics
-        self.store = RoundStore(redis, cfg.run_id, stream_maxlen=settings.stream_maxlen,
-                                stats_maxlen=settings.stats_maxlen, marker_ttl_s=settings.marker_ttl_s)
+        self.store = RoundStore(
+            redis,
+            cfg.run_id,
+            stream_maxlen=settings.stream_maxlen,
+            stats_maxlen=settings.stats_maxlen,
+            marker_ttl_s=settings.marker_ttl_s,
+        )
         self.source = build_prompt_source(cfg, redis)
         client = MemberClient(http, settings.http, cfg.rounds.request_timeout_s)
         self.driver = RoundDriver(cfg, settings, self.store, client, self.source, metrics)
         admin = settings.admin_token.get_secret_value() if settings.admin_token else None
-        self.pool = GradingPool(redis, cfg.run_id, settings.grading, metrics, self.driver.reliability, admin,
-                                reserved={m.name for m in cfg.members})
+        self.pool = GradingPool(
+            redis,
+            cfg.run_id,
+            settings.grading,
+            metrics,
+            self.driver.reliability,
+            admin,
+            reserved={m.name for m in cfg.members},
+        )
         self.driver.pool = self.pool
         self._task: asyncio.Task[None] | None = None
 

@@ -42,9 +42,7 @@ class RoundState:
 
 
 class RoundStore:
-    def __init__(
-        self, redis: aioredis.Redis, run: str, *, stream_maxlen: int, stats_maxlen: int, marker_ttl_s: int
-    ):
+    def __init__(self, redis: aioredis.Redis, run: str, *, stream_maxlen: int, stats_maxlen: int, marker_ttl_s: int):
         self.redis, self.run = redis, run
         self._state = keys.round_state(run)
         self._stats = keys.round_stats(run)
@@ -55,8 +53,9 @@ class RoundStore:
         """One ``trainer`` consumer group per member stream, reading from the start."""
         for m in members:
             try:
-                await self.redis.xgroup_create(keys.batches_stream(self.run, m), keys.TRAINER_GROUP, id="0",
-                                               mkstream=True)
+                await self.redis.xgroup_create(
+                    keys.batches_stream(self.run, m), keys.TRAINER_GROUP, id="0", mkstream=True
+                )
             except ResponseError as err:
                 if "BUSYGROUP" not in str(err):
                     raise
@@ -109,11 +108,12 @@ class RoundStore:
         when ``round_`` is no longer the next round (another aggregator committed it).
         """
         ks = [self._state, self._stats]
-        args: list[Any] = [round_, cursor, self._maxlen, self._ttl, json.dumps(learnt), stats_json,
-                           self._stats_maxlen]
+        args: list[Any] = [round_, cursor, self._maxlen, self._ttl, json.dumps(learnt), stats_json, self._stats_maxlen]
         for member, body in batches.items():
-            ks += [keys.batch_marker(self.run, batch_id(self.run, round_, member)),
-                   keys.batches_stream(self.run, member)]
+            ks += [
+                keys.batch_marker(self.run, batch_id(self.run, round_, member)),
+                keys.batches_stream(self.run, member),
+            ]
             args.append(body)
         return int(await self._commit(keys=ks, args=args))
 

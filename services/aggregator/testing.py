@@ -96,8 +96,6 @@ class FakeCohort:
                 else:
                     text = str(rng.randrange(0, 199)) if rng.random() < 0.9 else "x?"
                 ids = [ord(c) % 64 for c in text] + [0]
-                samples.append({"text": text, "token_ids": ids, "logprobs": [-0.5] * len(ids),
-                                "finish_reason": "stop"})
-            results.append({"prompt": prompt, "prompt_token_ids": [ord(c) % 64 for c in prompt],
-                            "samples": samples})
+                samples.append({"text": text, "token_ids": ids, "logprobs": [-0.5] * len(ids), "finish_reason": "stop"})
+            results.append({"prompt": prompt, "prompt_token_ids": [ord(c) % 64 for c in prompt], "samples": samples})
         return json.dumps({"model": m.name, "weight_version": m.weight_version, "results": results}).encode()

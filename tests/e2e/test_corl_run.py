@@ -25,8 +25,9 @@ def corl(*args: str, cwd: Path, timeout: float) -> subprocess.CompletedProcess[s
 @pytest.fixture(scope="module")
 def cohort(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("e2e") / "cohort"
-    built = corl("cohort", "init", "--preset", "micro", "--out", str(out), "--max-steps", "150",
-                 cwd=out.parent, timeout=300)
+    built = corl(
+        "cohort", "init", "--preset", "micro", "--out", str(out), "--max-steps", "150", cwd=out.parent, timeout=300
+    )
     assert built.returncode == 0, built.stdout + built.stderr
     return out
 
@@ -35,16 +36,31 @@ def leftovers(*markers: Path) -> list[dict]:
     """Processes whose command line mentions a marker: every child of a run names its run directory
     (Redis, aggregator, trainers) or the cohort directory (servers)."""
     return [
-        p.info for p in psutil.process_iter(["pid", "cmdline"])
+        p.info
+        for p in psutil.process_iter(["pid", "cmdline"])
         if any(str(m) in part for m in markers for part in (p.info["cmdline"] or []))
     ]
 
 
 def start_run(cohort: Path, run_dir: Path, rounds: int) -> subprocess.Popen[str]:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "corl", "run", "--cohort", str(cohort), "--rounds", str(rounds), "--out", str(run_dir),
-         "--reward", "self_vote"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        [
+            sys.executable,
+            "-m",
+            "corl",
+            "run",
+            "--cohort",
+            str(cohort),
+            "--rounds",
+            str(rounds),
+            "--out",
+            str(run_dir),
+            "--reward",
+            "self_vote",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
     deadline = time.monotonic() + 300
     history = run_dir / "metrics.jsonl"
@@ -62,8 +78,21 @@ def test_corl_run_trains_publishes_and_cleans_up(cohort: Path, tmp_path: Path) -
     # labels would give almost no signal; their own pluralities do, which is all this test needs
     # to see batches trained, weights published and swapped. Peer modes run through the same
     # services in tests/integration and in `corl experiment`.
-    res = corl("run", "--cohort", str(cohort), "--rounds", "4", "--out", str(run_dir), "--eval-every", "1",
-               "--reward", "self_vote", cwd=tmp_path, timeout=600)
+    res = corl(
+        "run",
+        "--cohort",
+        str(cohort),
+        "--rounds",
+        "4",
+        "--out",
+        str(run_dir),
+        "--eval-every",
+        "1",
+        "--reward",
+        "self_vote",
+        cwd=tmp_path,
+        timeout=600,
+    )
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
 
     members = [m["name"] for m in json.loads((cohort / "cohort.json").read_text())["members"]]
@@ -100,8 +129,7 @@ def test_a_dead_child_is_named_and_the_rest_shut_down(cohort: Path, tmp_path: Pa
     run_dir = tmp_path / "run"
     proc = start_run(cohort, run_dir, rounds=1000)
     victim = next(
-        psutil.Process(p["pid"]) for p in leftovers(run_dir)
-        if "train" in p["cmdline"] and "llama" in p["cmdline"]
+        psutil.Process(p["pid"]) for p in leftovers(run_dir) if "train" in p["cmdline"] and "llama" in p["cmdline"]
     )
     victim.kill()
     out, _ = proc.communicate(timeout=120)

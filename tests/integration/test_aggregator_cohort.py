@@ -25,8 +25,12 @@ ENV = {**os.environ, "CORL_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "CORL_LOG_
 
 
 def wait_ready(url: str, proc: subprocess.Popen[bytes], timeout_s: float = 180) -> None:
-    for attempt in Retrying(stop=stop_after_delay(timeout_s), wait=wait_fixed(0.2), reraise=True,
-                            retry=retry_if_exception_type((httpx.TransportError, AssertionError))):
+    for attempt in Retrying(
+        stop=stop_after_delay(timeout_s),
+        wait=wait_fixed(0.2),
+        reraise=True,
+        retry=retry_if_exception_type((httpx.TransportError, AssertionError)),
+    ):
         with attempt:
             if proc.poll() is not None:
                 raise RuntimeError(f"process exited with {proc.returncode}")
@@ -52,8 +56,24 @@ def members(tiny_model_dir: Path, tmp_path: Path) -> Iterator[dict[str, str]]:
     try:
         for name in ("alpha", "beta"):
             port = free_port()
-            procs.append(start([sys.executable, "-m", "corl", "serve", "model", "--model", str(tiny_model_dir),
-                                "--name", name, "--port", str(port)], tmp_path / f"{name}.log"))
+            procs.append(
+                start(
+                    [
+                        sys.executable,
+                        "-m",
+                        "corl",
+                        "serve",
+                        "model",
+                        "--model",
+                        str(tiny_model_dir),
+                        "--name",
+                        name,
+                        "--port",
+                        str(port),
+                    ],
+                    tmp_path / f"{name}.log",
+                )
+            )
             urls[name] = f"http://127.0.0.1:{port}"
         for proc, url in zip(procs, urls.values(), strict=True):
             wait_ready(url, proc)
@@ -63,25 +83,41 @@ def members(tiny_model_dir: Path, tmp_path: Path) -> Iterator[dict[str, str]]:
             stop(proc)
 
 
-def test_three_rounds_with_real_model_servers(members: dict[str, str], redis_url: str, tmp_path: Path,
-                                              tiny_model_dir: Path) -> None:
+def test_three_rounds_with_real_model_servers(
+    members: dict[str, str], redis_url: str, tmp_path: Path, tiny_model_dir: Path
+) -> None:
     run = "integ-cohort"
     config = tmp_path / "cohort.yaml"
-    config.write_text(yaml.safe_dump({
-        "run_id": run, "redis_url": redis_url,
-        "members": [{"name": n, "model": str(tiny_model_dir), "servers": [u]} for n, u in members.items()],
-        "rounds": {"prompts_per_round": 2, "samples_per_prompt": 4, "max_tokens": 4, "max_rounds": 3,
-                   "max_pending_batches": 10, "request_timeout_s": 60},
-        "reward": {"mode": "peer_label"},
-    }))
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "run_id": run,
+                "redis_url": redis_url,
+                "members": [{"name": n, "model": str(tiny_model_dir), "servers": [u]} for n, u in members.items()],
+                "rounds": {
+                    "prompts_per_round": 2,
+                    "samples_per_prompt": 4,
+                    "max_tokens": 4,
+                    "max_rounds": 3,
+                    "max_pending_batches": 10,
+                    "request_timeout_s": 60,
+                },
+                "reward": {"mode": "peer_label"},
+            }
+        )
+    )
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     cli = "import typer; from corl.cli.serve_aggregator import aggregator; typer.run(aggregator)"
     proc = start([sys.executable, "-c", cli, "--config", str(config), "--port", str(port)], tmp_path / "agg.log")
     try:
         wait_ready(url, proc, 60)
-        for attempt in Retrying(stop=stop_after_delay(240), wait=wait_fixed(0.5), reraise=True,
-                                retry=retry_if_exception_type(AssertionError)):
+        for attempt in Retrying(
+            stop=stop_after_delay(240),
+            wait=wait_fixed(0.5),
+            reraise=True,
+            retry=retry_if_exception_type(AssertionError),
+        ):
             with attempt:
                 assert proc.poll() is None, (tmp_path / "agg.log").read_text()
                 stats = RunStats.model_validate_json(httpx.get(f"{url}/v1/runs/{run}/stats", timeout=10).content)

@@ -25,16 +25,28 @@ ADMIN = "admin-secret"
 ADMIN_AUTH = {"Authorization": f"Bearer {ADMIN}"}
 
 
-ROUND_DEFAULTS: dict[str, Any] = {"prompts_per_round": 4, "samples_per_prompt": 4, "max_pending_batches": 100,
-                                  "request_timeout_s": 5}
+ROUND_DEFAULTS: dict[str, Any] = {
+    "prompts_per_round": 4,
+    "samples_per_prompt": 4,
+    "max_pending_batches": 100,
+    "request_timeout_s": 5,
+}
 
 
-def make_config(names: list[str], *, frozen: tuple[str, ...] = (), reward: dict[str, Any] | None = None,
-                **rounds: Any) -> CohortConfig:
+def make_config(
+    names: list[str], *, frozen: tuple[str, ...] = (), reward: dict[str, Any] | None = None, **rounds: Any
+) -> CohortConfig:
     data: dict[str, Any] = {
         "run_id": f"svc-{next(_runs)}",
-        "members": [{"name": n, "model": "unused", "servers": [FakeCohort.url(n)],
-                     "role": "frozen" if n in frozen else "trained"} for n in names],
+        "members": [
+            {
+                "name": n,
+                "model": "unused",
+                "servers": [FakeCohort.url(n)],
+                "role": "frozen" if n in frozen else "trained",
+            }
+            for n in names
+        ],
         "rounds": {**ROUND_DEFAULTS, **rounds},
         "reward": reward or {"mode": "peer_label"},
     }
@@ -42,11 +54,13 @@ def make_config(names: list[str], *, frozen: tuple[str, ...] = (), reward: dict[
 
 
 @asynccontextmanager
-async def aggregator(cfg: CohortConfig, cohort: FakeCohort, redis_url: str, **settings: Any
-                     ) -> AsyncIterator[tuple[AggregatorService, httpx.AsyncClient]]:
+async def aggregator(
+    cfg: CohortConfig, cohort: FakeCohort, redis_url: str, **settings: Any
+) -> AsyncIterator[tuple[AggregatorService, httpx.AsyncClient]]:
     defaults: dict[str, Any] = {"autostart": False, "quorum_retry_s": 0.05, "backpressure_poll_s": 0.05}
-    s = AggregatorSettings(config=Path("/nonexistent.yaml"), redis_url=redis_url, admin_token=ADMIN,
-                           **{**defaults, **settings})
+    s = AggregatorSettings(
+        config=Path("/nonexistent.yaml"), redis_url=redis_url, admin_token=ADMIN, **{**defaults, **settings}
+    )
     app = create_app(s, config=cfg, transport=cohort.transport())
     async with app.router.lifespan_context(app):
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://aggregator") as c:
@@ -124,7 +138,7 @@ async def test_back_pressure_holds_batches_until_the_trainer_consumes(redis_url:
     async with aggregator(cfg, cohort, redis_url) as (svc, _):
         assert [(await svc.driver.run_round()).status for _ in range(2)] == ["ok", "ok"]
         # Trainer of "a" consumes and acknowledges one batch; "b"'s trainer is stalled.
-        (_, [(entry_id, _)]), = r.xreadgroup(keys.TRAINER_GROUP, "t-a", {stream_a: ">"}, count=1)
+        ((_, [(entry_id, _)]),) = r.xreadgroup(keys.TRAINER_GROUP, "t-a", {stream_a: ">"}, count=1)
         r.xack(stream_a, keys.TRAINER_GROUP, entry_id)
         res = await svc.driver.run_round()
         if policy == "skip":  # "a" goes on alone, then it is full too
@@ -180,8 +194,13 @@ async def test_restart_continues_from_next_round_without_duplicates_or_losses(re
 
 async def test_stats_and_metrics(redis_url: str) -> None:
     cfg = make_config(["a", "b", "c"], reward={"mode": "peer_agreement"})
-    cohort = FakeCohort({"a": FakeCohort.of("a").members["a"], "b": FakeCohort.of("b", accuracy=0.5).members["b"],
-                         "c": FakeCohort.of("c", accuracy=0.9).members["c"]})
+    cohort = FakeCohort(
+        {
+            "a": FakeCohort.of("a").members["a"],
+            "b": FakeCohort.of("b", accuracy=0.5).members["b"],
+            "c": FakeCohort.of("c", accuracy=0.9).members["c"],
+        }
+    )
     async with aggregator(cfg, cohort, redis_url) as (svc, client):
         for _ in range(3):
             await svc.driver.run_round()

@@ -57,8 +57,9 @@ async def test_registration_needs_the_admin_token_and_stores_only_a_hash(redis_u
 
 async def test_pull_grader_leases_tasks_and_results_are_idempotent(redis_url: str) -> None:
     cfg = make_config(["a", "b", "c"], reward=JUDGE, prompts_per_round=2, samples_per_prompt=2)
-    async with aggregator(cfg, FakeCohort.of("a", "b", "c"), redis_url,
-                          grading={"pull_deadline_s": 3, "lease_s": 5}) as (svc, client):
+    async with aggregator(
+        cfg, FakeCohort.of("a", "b", "c"), redis_url, grading={"pull_deadline_s": 3, "lease_s": 5}
+    ) as (svc, client):
         token = await register(client, "puller", "pull")
         other = await register(client, "other", "pull")
         round_task = asyncio.create_task(svc.driver.run_round())
@@ -71,14 +72,18 @@ async def test_pull_grader_leases_tasks_and_results_are_idempotent(redis_url: st
         stolen = {"results": [{"task_id": tasks[0].task_id, "score": 1.0}]}
         forbidden = await client.post("/v1/grading/results", json=stolen, headers=auth(other))
         assert forbidden.status_code == 403 and forbidden.json()["error"]["type"] == "forbidden"
-        scores = {"results": [{"task_id": t.task_id, "score": 0.9 if t.response == truth(t.prompt) else 0.1}
-                              for t in tasks]}
+        scores = {
+            "results": [{"task_id": t.task_id, "score": 0.9 if t.response == truth(t.prompt) else 0.1} for t in tasks]
+        }
         first = await client.post("/v1/grading/results", json=scores, headers=auth(token))
         again = await client.post("/v1/grading/results", json=scores, headers=auth(token))
         assert first.json() == {"accepted": 12, "ignored": 0} and again.json() == {"accepted": 0, "ignored": 12}
         res = await round_task  # "other" never answers: the round ends at the deadline, no later
-        late = await client.post("/v1/grading/results", json={"results": [
-            {"task_id": t["task_id"], "score": 0.5} for t in other_tasks["tasks"]]}, headers=auth(other))
+        late = await client.post(
+            "/v1/grading/results",
+            json={"results": [{"task_id": t["task_id"], "score": 0.5} for t in other_tasks["tasks"]]},
+            headers=auth(other),
+        )
         assert late.json() == {"accepted": 0, "ignored": 12}
         assert res.status == "ok"
         assert "puller" in svc.driver.reliability.weights and svc.driver.reliability.observations["puller"] >= 1
@@ -133,8 +138,9 @@ async def test_push_graders_are_called_and_a_slow_one_never_stalls_the_round(red
 
 async def test_rate_limit_and_body_limit(redis_url: str) -> None:
     cfg = make_config(["a", "b"])
-    async with aggregator(cfg, FakeCohort.of("a", "b"), redis_url,
-                          grading={"rate_limit_per_min": 3, "max_body_bytes": 2048}) as (_, client):
+    async with aggregator(
+        cfg, FakeCohort.of("a", "b"), redis_url, grading={"rate_limit_per_min": 3, "max_body_bytes": 2048}
+    ) as (_, client):
         token = await register(client, "chatty", "pull")
         codes = [(await client.get("/v1/grading/tasks", headers=auth(token))).status_code for _ in range(4)]
         big = {"results": [{"task_id": f"t{i:04d}", "score": 0.5} for i in range(200)]}
@@ -176,8 +182,9 @@ def test_keys_of_the_pool_live_under_the_run() -> None:
 
 async def test_a_silent_pull_grader_gets_no_tasks_and_does_not_hold_rounds(redis_url: str) -> None:
     cfg = make_config(["a", "b"], reward=JUDGE)
-    async with aggregator(cfg, FakeCohort.of("a", "b"), redis_url,
-                          grading={"pull_active_s": 0.2, "pull_deadline_s": 30}) as (svc, client):
+    async with aggregator(
+        cfg, FakeCohort.of("a", "b"), redis_url, grading={"pull_active_s": 0.2, "pull_deadline_s": 30}
+    ) as (svc, client):
         token = await register(client, "ghost", "pull")
         await asyncio.sleep(0.3)  # registered, then silent
         t0 = time.monotonic()

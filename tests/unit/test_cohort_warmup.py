@@ -53,7 +53,11 @@ def _run(model, accs: dict[int, float], monkeypatch: pytest.MonkeyPatch, **setti
     data = task.splits(0).warmup[:64]
     checks: list[tuple[int, float]] = []
     res = warm_up(
-        model, build_char_tokenizer(), task, data, data[:4],
+        model,
+        build_char_tokenizer(),
+        task,
+        data,
+        data[:4],
         WarmupSettings(batch_size=16, **settings),
         on_step=lambda s, _loss: steps.append(s),
         on_check=lambda s, a: checks.append((s, a)),
@@ -81,7 +85,11 @@ def test_missing_the_band_keeps_the_closest_checkpoint(micro_model, monkeypatch:
     task = AdditionTask()
     data = task.splits(0).warmup[:64]
     res = warm_up(
-        micro_model, build_char_tokenizer(), task, data, data[:4],
+        micro_model,
+        build_char_tokenizer(),
+        task,
+        data,
+        data[:4],
         WarmupSettings(batch_size=16, check_every=2, max_steps=6, max_rollbacks=0),
         on_step=lambda s, _loss: steps.append(s),
         on_check=lambda s, _a: at_check.setdefault(s, {k: v.clone() for k, v in micro_model.state_dict().items()}),
@@ -94,7 +102,8 @@ def test_without_band_trains_exactly_max_steps(micro_model) -> None:  # noqa: AN
     task = AdditionTask()
     data = task.splits(0).warmup[:64]
     before = {k: v.clone() for k, v in micro_model.state_dict().items()}
-    res = warm_up(micro_model, build_char_tokenizer(), task, data, data[:4],
-                  WarmupSettings(batch_size=16, max_steps=3, band=None))
+    res = warm_up(
+        micro_model, build_char_tokenizer(), task, data, data[:4], WarmupSettings(batch_size=16, max_steps=3, band=None)
+    )
     assert res.steps == 3 and not res.in_band and len(res.history) == 1
     assert any(not torch.equal(before[k], v) for k, v in micro_model.state_dict().items())

@@ -86,8 +86,7 @@ def test_invariant_own_grades_never_change_own_rewards(method: str) -> None:
         before = judge_rewards(grades, weights, method)  # type: ignore[arg-type]
         perturbed = {
             author: [
-                [{g: (rng.random() if g == me else s) for g, s in resp.items()} | {me: rng.random()}
-                 for resp in prompt]
+                [{g: (rng.random() if g == me else s) for g, s in resp.items()} | {me: rng.random()} for resp in prompt]
                 for prompt in prompts
             ]
             for author, prompts in grades.items()

@@ -32,9 +32,22 @@ def test_examples_are_zero_padded_sums(task: AdditionTask) -> None:
 @pytest.mark.parametrize(
     ("completion", "expected"),
     [
-        ("46", "46"), ("046", "46"), (" 7 ", "7"), ("198", "198"), ("0", "0"), ("00", "0"),
-        ("", None), ("   ", None), ("4a", None), ("-3", None), ("1234", None), ("4 6", None),
-        ("12+3", None), ("٣", None), ("²", None), ("1\n2", None),
+        ("46", "46"),
+        ("046", "46"),
+        (" 7 ", "7"),
+        ("198", "198"),
+        ("0", "0"),
+        ("00", "0"),
+        ("", None),
+        ("   ", None),
+        ("4a", None),
+        ("-3", None),
+        ("1234", None),
+        ("4 6", None),
+        ("12+3", None),
+        ("٣", None),
+        ("²", None),
+        ("1\n2", None),
     ],
 )
 def test_extract_answer_canonicalises_or_rejects(task: AdditionTask, completion: str, expected: str | None) -> None:

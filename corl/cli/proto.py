@@ -1,5 +1,6 @@
-"""``corl proto export [--check]``: write the contract's JSON Schemas and the model server's OpenAPI
-document into ``proto/``, generated from the one pydantic definition (``corl.proto``)."""
+"""``corl proto export [--check]``: write the contract's JSON Schemas and the OpenAPI documents of
+the model server and the aggregator into ``proto/``, generated from the one pydantic definition
+(``corl.proto``) and the apps that serve it."""
 
 from __future__ import annotations
 
@@ -27,6 +28,8 @@ def exported_files() -> dict[str, str]:
     from pydantic import BaseModel
 
     import corl.proto
+    from corl.services.aggregator.app import create_app as create_aggregator
+    from corl.services.aggregator.settings import AggregatorSettings
     from corl.services.model.app import create_app
     from corl.services.model.settings import ServerSettings
 
@@ -38,6 +41,9 @@ def exported_files() -> dict[str, str]:
     # Built with default settings and no model: the document depends on neither.
     server = create_app(ServerSettings(_env_file=None, model_dir=None))  # type: ignore[call-arg]
     files["openapi/model_server.json"] = _dump(server.openapi())
+    # The cohort config is read in the lifespan, which building the document does not run.
+    aggregator = create_aggregator(AggregatorSettings(_env_file=None, config=Path("cohort.yaml")))  # type: ignore[call-arg]
+    files["openapi/aggregator.json"] = _dump(aggregator.openapi())
     return files
 
 
@@ -61,7 +67,7 @@ def export(
     check: Annotated[bool, typer.Option("--check", help="Only compare; exit 1 if the files differ.")] = False,
     out: Annotated[Path | None, typer.Option(help="Target directory (default: the installed proto/).")] = None,
 ) -> None:
-    """Write proto/schemas/<Model>.json and proto/openapi/model_server.json."""
+    """Write proto/schemas/<Model>.json and proto/openapi/{model_server,aggregator}.json."""
     root = out or _proto_dir()
     if check:
         differ = drift(root)

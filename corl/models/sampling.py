@@ -7,10 +7,23 @@ This runs synchronously; callers on an event loop run it in a worker thread.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+
+class _DropUnmaskedPaddingWarning(logging.Filter):
+    """transformers' GPT-2 warns once, from inside ``generate``'s decode steps, that padding may be
+    unmasked. It is masked: ``tests/unit/test_losses_logps.py`` checks left-padded sampling
+    log-probs against the trainer's own forward pass. The warning would only mislead."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "passing in an `attention_mask`" not in record.getMessage()
+
+
+logging.getLogger("transformers.modeling_utils").addFilter(_DropUnmaskedPaddingWarning())
 
 
 @dataclass(frozen=True)

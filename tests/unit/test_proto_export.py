@@ -33,6 +33,17 @@ def test_openapi_documents_grade_with_its_error_shape() -> None:
     assert {"/v1/generate", "/v1/weights", "/v1/info", "/healthz", "/readyz", "/metrics"} <= set(doc["paths"])
 
 
+def test_aggregator_openapi_documents_the_grading_pool() -> None:
+    doc = json.loads(exported_files()["openapi/aggregator.json"])
+    pull = doc["paths"]["/v1/grading/tasks"]["get"]
+    assert {p["name"] for p in pull["parameters"]} >= {"max", "wait"}
+    assert pull["responses"]["200"]["content"]["application/json"]["schema"]["$ref"].endswith("/GradingTasks")
+    post = doc["paths"]["/v1/grading/results"]["post"]
+    assert post["requestBody"]["content"]["application/json"]["schema"]["$ref"].endswith("/GradingResults")
+    register = doc["paths"]["/v1/graders"]["post"]
+    assert register["requestBody"]["content"]["application/json"]["schema"]["$ref"].endswith("/GraderRegistration")
+
+
 def test_export_check_detects_drift(tmp_path: Path) -> None:
     runner = CliRunner()
     assert runner.invoke(app, ["proto", "export", "--out", str(tmp_path)]).exit_code == 0

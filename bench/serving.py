@@ -2,16 +2,19 @@
 
     python bench/serving.py [--model DIR] [--threads 1] [--repeats 40]
 
-Starts ``corl serve model`` as a subprocess on a free loopback port and measures, in one run:
+Measures, in one run:
 
 1. overhead: latency of one generate round (16 prompts x 8 samples) through the server vs the
-   same call made directly on an in-process backend (target <= 1.10), timed with the standard
-   library's HTTP client (the server's cost) and, for reference, with httpx (plus the client's);
+   same call made directly on the backend (target <= 1.10). The server runs in this process
+   (uvicorn in a thread) around the very backend instance the direct calls use, so both paths
+   share model tensors and inference thread; it is timed with the standard library's HTTP client
+   (the server's cost) and, for reference, with httpx (plus that client's own cost);
 2. concurrency: throughput of 16 concurrent single-prompt clients vs 1 client (target >= 4);
 3. swap: latency of ``POST /v1/weights`` (load beside, verify sha256 and shapes, swap) vs a raw
    ``safetensors.torch.load_file`` + ``load_state_dict`` of the same weights (target <= 1.5).
 
 Without ``--model`` it builds a GPT-2 with the project's char tokenizer (nothing is downloaded).
+2 and 3 run against ``corl serve model`` in its own process, as deployed.
 The last line is ``RESULT overhead_ratio=... concurrency_speedup=... swap_ratio=...``.
 """
 
@@ -84,11 +87,11 @@ def start_server(model: Path, port: int, threads: int) -> subprocess.Popen[bytes
     return proc
 
 
-def pin(pid: int, cpus: set[int]) -> None:
-    """Set the CPU affinity of every thread of ``pid`` (Linux; elsewhere a no-op)."""
-    if not hasattr(os, "sched_setaffinity"):
+def pin_this_process(cpus: set[int]) -> None:
+    """CPU affinity of every thread of this process (Linux; elsewhere a no-op)."""
+    if not cpus or not hasattr(os, "sched_setaffinity"):
         return
-    for tid in os.listdir(f"/proc/{pid}/task"):
+    for tid in os.listdir("/proc/self/task"):
         with contextlib.suppress(ProcessLookupError):
             os.sched_setaffinity(int(tid), cpus)
 
@@ -201,6 +204,8 @@ async def main() -> None:
 
     torch.set_num_threads(args.threads)
     from corl.services.model.backends.transformers import TransformersBackend
+    from corl.services.model.settings import ServerSettings
+    from corl.services.model.testing import running_server
 
     with tempfile.TemporaryDirectory(prefix="corl-bench-") as tmp:
         work = Path(tmp)
@@ -219,28 +224,29 @@ async def main() -> None:
                     (d / f.name).symlink_to(f.resolve())
             swap_dirs.append(d)
 
+        # [1] in this process: uvicorn in a thread serving the very backend instance (same model
+        # tensors, same inference thread) that the direct calls use, so the two paths differ only by
+        # HTTP and the serving layer, not by memory layout; and on one core, not by which core the
+        # scheduler picked (cores of a shared machine differ by 10-30%; the round is sequential anyway).
+        everywhere = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set()
+        pin_this_process({min(everywhere)} if everywhere else set())
+        backend = TransformersBackend(model_dir=str(base), name="direct", num_threads=args.threads)
+        local = ServerSettings(model_dir=str(base), admin_token=TOKEN, num_threads=args.threads)  # type: ignore[call-arg]
+        with running_server(local, backend) as local_url:
+            info = httpx.get(f"{local_url}/v1/info").json()
+            print(f"model: {info['family']} {info['parameters']:,} parameters, {args.threads} torch threads")
+            served, via_httpx, direct = await bench_overhead(local_url, backend, args.repeats)
+        pin_this_process(everywhere)
+        overhead = served / direct
+        print(f"[1] 16 prompts x 8 samples, {args.repeats} rounds, best of each: server {served * 1e3:.1f} ms,"
+              f" direct {direct * 1e3:.1f} ms -> overhead_ratio {overhead:.3f} (target <= 1.10);"
+              f" with an httpx client {via_httpx * 1e3:.1f} ms ({via_httpx / direct:.3f}x)")  # fmt: skip
+
+        # [2] and [3] against `corl serve model` in its own process, as deployed.
         port = free_port()
         url = f"http://127.0.0.1:{port}"
         proc = start_server(base, port, args.threads)
-        backend = TransformersBackend(model_dir=str(base), name="direct", num_threads=args.threads)
-        await backend.start()
         try:
-            info = httpx.get(f"{url}/v1/info").json()
-            print(f"model: {info['family']} {info['parameters']:,} parameters, {args.threads} torch threads")
-            # Both paths on one core, interleaved: the comparison is then not at the mercy of which
-            # core the scheduler gave each process (cores on shared machines differ by 10-30%).
-            everywhere = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set()
-            one = {min(everywhere)} if everywhere else set()
-            for pid in (proc.pid, os.getpid()):
-                pin(pid, one)
-            served, via_httpx, direct = await bench_overhead(url, backend, args.repeats)
-            for pid in (proc.pid, os.getpid()):
-                pin(pid, everywhere)
-            await backend.close()
-            overhead = served / direct
-            print(f"[1] 16 prompts x 8 samples, {args.repeats} rounds, best of each: server {served * 1e3:.1f} ms,"
-                  f" direct {direct * 1e3:.1f} ms -> overhead_ratio {overhead:.3f} (target <= 1.10);"
-                  f" with an httpx client {via_httpx * 1e3:.1f} ms ({via_httpx / direct:.3f}x)")  # fmt: skip
             one, many, speedup = await bench_concurrency(url, per_client=6, rounds=5)
             print(f"[2] single-prompt requests/s: 1 client {one:.1f}, 16 clients {many:.1f}"
                   f" -> concurrency_speedup {speedup:.2f} (target >= 4)")  # fmt: skip

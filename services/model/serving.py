@@ -17,8 +17,6 @@ from corl.proto import (
     GradeRequest,
     GradeResponse,
     InfoResponse,
-    PromptResult,
-    Sample,
     WeightUpdateRequest,
     WeightUpdateResponse,
 )
@@ -140,18 +138,19 @@ class ModelServing:
             n=req.n, max_tokens=req.max_tokens, temperature=req.temperature, top_p=req.top_p, seed=req.seed
         )
         out = await self._generate(req.prompts, params)
-        results = [
-            PromptResult(
-                prompt=prompt,
-                prompt_token_ids=o.prompt_token_ids,
-                samples=[
-                    Sample(text=c.text, token_ids=c.token_ids, logprobs=c.logprobs, finish_reason=c.finish_reason)
-                    for c in o.completions
+        # One validation pass over the backend's objects (read by attribute): half the cost of building
+        # 128 Sample models one by one, which is as much as the HTTP round trip itself.
+        return GenerateResponse.model_validate(
+            {
+                "model": self.backend.name,
+                "weight_version": out.weight_version,
+                "results": [
+                    {"prompt": prompt, "prompt_token_ids": o.prompt_token_ids, "samples": o.completions}
+                    for prompt, o in zip(req.prompts, out.outputs, strict=True)
                 ],
-            )
-            for prompt, o in zip(req.prompts, out.outputs, strict=True)
-        ]
-        return GenerateResponse(model=self.backend.name, weight_version=out.weight_version, results=results)
+            },
+            from_attributes=True,
+        )
 
     async def grade(self, req: GradeRequest) -> GradeResponse:
         self._check_count(len(req.items), "items")

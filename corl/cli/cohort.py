@@ -97,10 +97,20 @@ def build_with_progress(
         TextColumn("{task.fields[status]}"),
         TimeElapsedColumn(),
     )
-    with Progress(*columns, console=console) as progress:
+    live = console.is_terminal  # in logs (compose, CI) bars never draw: print a line per event instead
+    with Progress(*columns, console=console, disable=not live) as progress:
         bars: dict[str, TaskID] = {}
 
         def report(name: str, event: str, step: int, value: float) -> None:
+            if not live:
+                lines = {
+                    "start": f"{name}: warm-up started ({int(value):,} params)",
+                    "check": f"{name}: step {step}, held-out accuracy {value:.1%}",
+                    "done": f"{name}: done, kept step {step}, accuracy {value:.1%}",
+                }
+                if event in lines:
+                    console.print(lines[event], highlight=False)
+                return
             if event == "start":
                 bars[name] = progress.add_task(name, total=limit, status=f"{int(value):,} params")
             elif event == "step":

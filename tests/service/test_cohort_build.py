@@ -95,6 +95,8 @@ def test_cli_init_and_eval(tmp_path: Path) -> None:
     res = runner.invoke(app, ["cohort", "init", "--preset", "micro", "--out", str(out), "--member", "gpt2"])
     assert res.exit_code == 0, res.output
     assert "gpt2" in res.output and (out / "cohort.json").is_file()
+    # Not a terminal (logs, CI): progress comes as plain lines, not bars that never draw.
+    assert "gpt2: warm-up started" in res.output and "gpt2: done, kept step" in res.output
     res = runner.invoke(app, ["eval", "--cohort", str(out), "--n-prompts", "4", "--json", str(tmp_path / "e.json")])
     assert res.exit_code == 0, res.output
     assert "maj@8" in res.output

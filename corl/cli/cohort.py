@@ -109,7 +109,7 @@ def build_with_progress(
                     "done": f"{name}: done, kept step {step}, accuracy {value:.1%}",
                 }
                 if event in lines:
-                    console.print(lines[event], highlight=False)
+                    console.print(lines[event], highlight=False, soft_wrap=True)
                 return
             if event == "start":
                 bars[name] = progress.add_task(name, total=limit, status=f"{int(value):,} params")

@@ -48,6 +48,14 @@ def _fmt(x: float | int | None, spec: str = ".3f") -> str:
     return "-" if x is None else format(x, spec)
 
 
+def summary_line(snap: RunSnapshot, target_rounds: int | None) -> str:
+    """One plain line per round for consoles that are not terminals (logs), where a live table never draws."""
+    members = ", ".join(
+        f"{name} v{_fmt(m.weight_version, 'd')} reward {_fmt(m.mean_reward)}" for name, m in snap.members.items()
+    )
+    return f"round {snap.rounds}/{target_rounds or '-'} ({snap.elapsed_s:.0f}s): {members}"
+
+
 def render(snap: RunSnapshot, target_rounds: int | None) -> Table:
     total = f"/{target_rounds}" if target_rounds else ""
     table = Table(title=f"corl run: round {snap.rounds}{total}, {snap.elapsed_s:.0f}s")

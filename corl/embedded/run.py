@@ -25,7 +25,7 @@ from corl.streams import group_backlog
 from corl.tasks import Example, get_task
 
 from .processes import ChildDied, ProcessGroup, corl_command
-from .progress import MemberSnapshot, MetricsHistory, RunSnapshot, render
+from .progress import MemberSnapshot, MetricsHistory, RunSnapshot, render, summary_line
 
 log = logging.getLogger(__name__)
 
@@ -171,12 +171,17 @@ def run_embedded(cfg: CohortConfig, run_dir: Path, opts: RunOptions, console: Co
         console.print(f"all services healthy; logs in {group.log_dir}")
         monitor = RunMonitor(cfg, agg_url, opts)
         deadline: float | None = None
-        with Live(render(snap, opts.rounds), console=console, refresh_per_second=2) as live:
+        live_view = console.is_terminal  # in logs the live table never draws: a line per round instead
+        printed = 0
+        with Live(render(snap, opts.rounds), console=console, refresh_per_second=2, transient=not live_view) as live:
             while True:
                 group.check()
                 snap = monitor.snapshot()
                 history.append(snap)
                 live.update(render(snap, opts.rounds))
+                if not live_view and snap.rounds > printed:
+                    printed = snap.rounds
+                    console.print(summary_line(snap, opts.rounds), highlight=False, soft_wrap=True)
                 if opts.rounds is not None and snap.rounds >= opts.rounds:
                     deadline = deadline or time.monotonic() + opts.drain_timeout_s
                     if _drained(snap, cfg, opts.rounds) or time.monotonic() > deadline:

@@ -4,6 +4,7 @@ processes, trains for a few rounds, and leaves a run directory and no process be
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -94,6 +95,8 @@ def test_corl_run_trains_publishes_and_cleans_up(cohort: Path, tmp_path: Path) -
         timeout=600,
     )
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    # stdout is a pipe here, as in compose logs: progress comes as a plain line per round.
+    assert re.search(r"^round [1-9]\d*/4 \(\d+s\): ", res.stdout, re.MULTILINE), res.stdout[-3000:]
 
     members = [m["name"] for m in json.loads((cohort / "cohort.json").read_text())["members"]]
     history = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]

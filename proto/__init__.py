@@ -1,7 +1,8 @@
 """The wire contract: every model that crosses a process boundary, defined once.
 
 Services, trainers, clients and tests import these; ``corl proto export`` writes their JSON Schemas
-and the model server's OpenAPI document next to this file, and a test fails when those drift.
+and the OpenAPI documents of the model server and the aggregator next to this file, and a test
+fails when those drift.
 """
 
 from .batch import BatchDiagnostics, GradedBatch, GradedSample

@@ -181,27 +181,16 @@ def _graded_batch(run_id, r, member, reward_mode, results, rewards, answers, lab
     from corl.services.aggregator.rounds import graded_batch_json
     from corl.services.aggregator.stats import member_diagnostics
 
-    resp = GenerateResponse.model_validate(
+    resp = GenerateResponse.model_validate(  # as the model server builds it from sampler output
         {
             "model": member,
             "weight_version": version,
             "results": [
-                {
-                    "prompt": texts[p],
-                    "prompt_token_ids": pc.prompt_token_ids,
-                    "samples": [
-                        {
-                            "text": c.text,
-                            "token_ids": c.token_ids,
-                            "logprobs": c.logprobs,
-                            "finish_reason": c.finish_reason,
-                        }
-                        for c in pc.completions
-                    ],
-                }
+                {"prompt": texts[p], "prompt_token_ids": pc.prompt_token_ids, "samples": pc.completions}
                 for p, pc in enumerate(results)
             ],
-        }
+        },
+        from_attributes=True,
     )
     tokens = sum(len(c.token_ids) for pc in results for c in pc.completions)
     diag, _ = member_diagnostics(answers, rewards, labels, tokens)

@@ -18,7 +18,7 @@ from pydantic import ValidationError
 
 from corl import redis_keys
 from corl.proto import GradedBatch
-from corl.streams import group_backlog
+from corl.streams import as_str, group_backlog
 
 log = logging.getLogger(__name__)
 
@@ -28,10 +28,6 @@ class Entry:
     entry_id: str
     batch: GradedBatch | None  # None: the entry is not a valid batch (or was trimmed away)
     error: str | None = None
-
-
-def _s(x: bytes | str) -> str:
-    return x.decode() if isinstance(x, bytes) else x
 
 
 class BatchStream:
@@ -56,9 +52,9 @@ class BatchStream:
             resp: Any = self.client.xautoclaim(
                 self.stream, self.group, self.consumer, min_idle_time=min_idle_ms, start_id=cursor, count=100
             )
-            cursor, entries = _s(resp[0]), resp[1]
+            cursor, entries = as_str(resp[0]), resp[1]
             # Our own in-flight entries are claimed back to ourselves too; only the others are news.
-            claimed += sum(1 for e in entries if _s(e[0]) not in self._inflight)
+            claimed += sum(1 for e in entries if as_str(e[0]) not in self._inflight)
             for deleted in resp[2] if len(resp) > 2 else []:
                 # Trimmed away while pending: nothing left to apply, acknowledge to clear it.
                 self.client.xack(self.stream, self.group, deleted)
@@ -78,7 +74,7 @@ class BatchStream:
                 self._pending_cursor = None
                 break
             for eid, fields in entries:
-                eid = _s(eid)
+                eid = as_str(eid)
                 self._pending_cursor = eid
                 if eid not in self._inflight:
                     return self._entry(eid, fields)
@@ -86,7 +82,7 @@ class BatchStream:
         if not resp or not resp[0][1]:
             return None
         eid, fields = resp[0][1][0]
-        return self._entry(_s(eid), fields)
+        return self._entry(as_str(eid), fields)
 
     def _entry(self, eid: str, fields: dict | None) -> Entry:
         self._inflight.add(eid)

@@ -69,7 +69,8 @@ def build_with_progress(
     jobs: int = 2,
     threads: int = 1,
 ) -> None:
-    """``corl.cohort.build.build_cohort`` with a progress bar per member and the manifest table."""
+    """``corl.cohort.build.build_cohort`` with a progress bar per member (a plain line per event when the
+    console is not a terminal) and the manifest table."""
     import logging
 
     import torch

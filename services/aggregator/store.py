@@ -16,6 +16,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import ResponseError
 
 from corl import redis_keys as keys
+from corl.streams import as_str, find_group
 
 _COMMIT = """
 local nr = tonumber(redis.call('HGET', KEYS[1], 'next_round') or '0')
@@ -86,11 +87,9 @@ class RoundStore:
         for m, groups in zip(members, replies, strict=True):
             if isinstance(groups, Exception):
                 continue  # stream gone: ensure_groups recreates it on the next start
-            for g in groups:
-                name = g.get("name")
-                if (name.decode() if isinstance(name, bytes) else name) == keys.TRAINER_GROUP:
-                    lid = g.get("last-delivered-id")
-                    last[m] = lid.decode() if isinstance(lid, bytes) else str(lid)
+            g = find_group(groups, keys.TRAINER_GROUP)
+            if g is not None:
+                last[m] = as_str(g["last-delivered-id"])
         pipe = self.redis.pipeline(transaction=False)
         for m in last:
             pipe.xrange(keys.batches_stream(self.run, m), min=f"({last[m]}", count=limit)

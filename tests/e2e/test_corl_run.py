@@ -7,20 +7,19 @@ import json
 import re
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import psutil
 import pytest
 
+from corl.embedded.processes import corl_command
+
 pytestmark = pytest.mark.slow
 
 
 def corl(*args: str, cwd: Path, timeout: float) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "corl", *args], cwd=cwd, capture_output=True, text=True, timeout=timeout
-    )
+    return subprocess.run(corl_command(*args), cwd=cwd, capture_output=True, text=True, timeout=timeout)
 
 
 @pytest.fixture(scope="module")
@@ -45,20 +44,9 @@ def leftovers(*markers: Path) -> list[dict]:
 
 def start_run(cohort: Path, run_dir: Path, rounds: int) -> subprocess.Popen[str]:
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "corl",
-            "run",
-            "--cohort",
-            str(cohort),
-            "--rounds",
-            str(rounds),
-            "--out",
-            str(run_dir),
-            "--reward",
-            "self_vote",
-        ],
+        corl_command(
+            "run", "--cohort", str(cohort), "--rounds", str(rounds), "--out", str(run_dir), "--reward", "self_vote"
+        ),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,

@@ -17,6 +17,7 @@ import yaml
 from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_fixed
 
 from corl import redis_keys as keys
+from corl.embedded.processes import corl_command
 from corl.proto import GradedBatch, RunStats
 from corl.redis_server import free_port
 
@@ -56,24 +57,8 @@ def members(tiny_model_dir: Path, tmp_path: Path) -> Iterator[dict[str, str]]:
     try:
         for name in ("alpha", "beta"):
             port = free_port()
-            procs.append(
-                start(
-                    [
-                        sys.executable,
-                        "-m",
-                        "corl",
-                        "serve",
-                        "model",
-                        "--model",
-                        str(tiny_model_dir),
-                        "--name",
-                        name,
-                        "--port",
-                        str(port),
-                    ],
-                    tmp_path / f"{name}.log",
-                )
-            )
+            serve = corl_command("serve", "model", "--model", str(tiny_model_dir), "--name", name, "--port", str(port))
+            procs.append(start(serve, tmp_path / f"{name}.log"))
             urls[name] = f"http://127.0.0.1:{port}"
         for proc, url in zip(procs, urls.values(), strict=True):
             wait_ready(url, proc)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import uuid
 from pathlib import Path
 
@@ -17,6 +16,7 @@ import torch
 from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_fixed
 from test_trainer_helpers import make_batches, make_config, pending_count, xadd
 
+from corl.embedded.processes import corl_command
 from corl.redis_server import free_port
 from corl.trainer.loop import Trainer
 from corl.trainer.settings import TrainerSettings
@@ -80,19 +80,7 @@ def test_published_weights_are_served(tmp_path: Path, tiny_model_dir: Path, redi
         # The second replica comes up (a real `corl serve model` process) serving version 0 ...
         env = {**os.environ, "CORL_ADMIN_TOKEN": TOKEN, "CORL_NUM_THREADS": "1"}
         proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "corl",
-                "serve",
-                "model",
-                "--model",
-                str(tiny_model_dir),
-                "--name",
-                "a",
-                "--port",
-                str(down_port),
-            ],
+            corl_command("serve", "model", "--model", str(tiny_model_dir), "--name", "a", "--port", str(down_port)),
             env=env,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,

@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 import uuid
 from pathlib import Path
@@ -17,6 +16,7 @@ from test_trainer_helpers import applied_ids, make_batches, make_config, xadd
 
 from corl import redis_keys
 from corl.config import dump_config
+from corl.embedded.processes import corl_command
 from corl.trainer.checkpoint import Checkpointer
 
 N_BATCHES = 12
@@ -33,7 +33,7 @@ def _start(config: Path, *extra: str) -> subprocess.Popen[bytes]:
     }
     log = open(config.parent / "trainer.log", "ab")  # noqa: SIM115 - the child owns it
     return subprocess.Popen(
-        [sys.executable, "-m", "corl", "train", "--config", str(config), "--member", "a", *extra],
+        corl_command("train", "--config", str(config), "--member", "a", *extra),
         env=env,
         stdout=log,
         stderr=subprocess.STDOUT,

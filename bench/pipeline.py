@@ -145,7 +145,10 @@ def run_lockstep(cohort: Path, rounds: int, prompts: int, samples: int) -> PathR
             )
             for n, p in policies.items()
         }
-        answers = {n: [[task.extract_answer(c.text) for c in pc.completions] for pc in o] for n, o in outs.items()}
+        answers = {
+            n: [[task.extract_answer(t, c.text) for c in pc.completions] for t, pc in zip(texts, o, strict=True)]
+            for n, o in outs.items()
+        }
         out = compute_rewards(
             rw.mode, answers, members=names, threshold=rw.threshold, topology=rw.topology, order=names
         )

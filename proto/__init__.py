@@ -7,7 +7,7 @@ fails when those drift.
 
 from .batch import BatchDiagnostics, GradedBatch, GradedSample
 from .errors import ErrorDetail, ErrorResponse, ErrorType
-from .generate import FinishReason, GenerateRequest, GenerateResponse, PromptResult, Sample
+from .generate import FinishReason, GenerateRequest, GenerateResponse, PromptFormat, PromptResult, Sample
 from .grade import GradeItem, GradeMode, GradeRequest, GradeResponse
 from .grading import (
     GraderMode,
@@ -44,6 +44,7 @@ __all__ = [
     "GradedSample",
     "HealthResponse",
     "InfoResponse",
+    "PromptFormat",
     "PromptResult",
     "ReadyResponse",
     "Sample",

@@ -2,11 +2,34 @@
 
 from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from ._base import WireModel
 
 NonEmptyStr = Annotated[str, Field(min_length=1)]
+
+
+class PromptFormat(WireModel):
+    """How a model server turns a task prompt into its own model's input text.
+
+    With ``chat`` the prompt becomes a user message (after a ``system`` message when one is given),
+    rendered with the member's chat template and its generation prompt. A tokenizer without a chat
+    template, or ``chat: false``, renders ``template`` instead. The task chooses the format; each
+    member renders it its own way, and token ids always come from the member's own tokenizer.
+    """
+
+    chat: bool = Field(default=False, description="Render with the member's chat template when it has one.")
+    system: str | None = Field(default=None, description="Instruction text: the system message, or {system}.")
+    template: str = Field(
+        default="{prompt}", description="Plain template: {prompt} is the task text, {system} the instruction."
+    )
+
+    @field_validator("template")
+    @classmethod
+    def _has_prompt(cls, v: str) -> str:
+        if "{prompt}" not in v:
+            raise ValueError("template must contain {prompt}")
+        return v
 
 
 class GenerateRequest(WireModel):

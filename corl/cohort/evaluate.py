@@ -34,9 +34,11 @@ def greedy_answers(
 ) -> list[str | None]:
     """Canonical greedy answer to each prompt."""
     return [
-        task.extract_answer(c.completions[0].text)
+        task.extract_answer(prompt, c.completions[0].text)
         for chunk in _chunks(prompts, batch_size)
-        for c in sample(model, tokenizer, list(chunk), n=1, max_tokens=max_tokens, temperature=0.0)
+        for prompt, c in zip(
+            chunk, sample(model, tokenizer, list(chunk), n=1, max_tokens=max_tokens, temperature=0.0), strict=True
+        )
     ]
 
 
@@ -79,7 +81,7 @@ def evaluate_model(
             temperature=temperature,
             seed=seed + i,
         )
-        sampled += [[task.extract_answer(c.text) for c in pc.completions] for pc in out]
+        sampled += [[task.extract_answer(p, c.text) for c in pc.completions] for p, pc in zip(chunk, out, strict=True)]
     flat = [a for group in sampled for a in group]
     return {
         "n_prompts": float(len(examples)),

@@ -104,10 +104,7 @@ class RunMonitor:
         resp = self.http.post(f"{server}/v1/generate", json=req.model_dump())
         resp.raise_for_status()
         out = GenerateResponse.model_validate(resp.json())
-        hits = sum(
-            self.task.extract_answer(r.samples[0].text) == e.answer
-            for r, e in zip(out.results, self.eval_set, strict=True)
-        )
+        hits = sum(self.task.is_correct(e, r.samples[0].text) for r, e in zip(out.results, self.eval_set, strict=True))
         return hits / len(self.eval_set), out.weight_version
 
     def backlog(self, member: str) -> int | None:

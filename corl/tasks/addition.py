@@ -5,6 +5,8 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
+from corl.proto import PromptFormat
+
 from .base import Example, Splits
 
 
@@ -32,12 +34,23 @@ class AdditionTask:
         ev, rl = examples[: self.n_eval], examples[self.n_eval : self.n_eval + self.n_rl]
         return Splits(warmup=examples[self.n_eval + self.n_rl :], rl=rl, eval=ev)
 
-    def extract_answer(self, completion: str) -> str | None:
+    @property
+    def prompt_format(self) -> PromptFormat:
+        return PromptFormat()  # the bare "ab+cd=": the members are trained on exactly this text
+
+    @property
+    def stop(self) -> tuple[str, ...]:
+        return ()
+
+    def extract_answer(self, prompt: str, completion: str) -> str | None:
         text = completion.strip()
         # isascii: str.isdigit also accepts other scripts' digits and superscripts (int('²') raises).
         if not text or not (text.isascii() and text.isdigit()) or len(text) > 3:
             return None
         return str(int(text))
+
+    def is_correct(self, example: Example, completion: str) -> bool:
+        return example.answer is not None and self.extract_answer(example.prompt, completion) == example.answer
 
     def judge_prompt(self, prompt: str, response: str) -> str:
         return f"{prompt}{response}?"

@@ -1,19 +1,25 @@
-"""The task interface: how prompts are made and how answers are read from completions.
+"""The task interface: how prompts are presented and how answers are read from completions.
 
-A task is pure: no model, no I/O. Reward code only ever sees canonical answers produced by
-``extract_answer``; ``None`` means unparseable and never counts as a vote.
+A task is a plug-in with no model and no service state. Reward code only ever sees canonical
+answers produced by ``extract_answer``; ``None`` means unparseable and never counts as a vote.
+Dataset answers (``Example.answer``) and hidden tests (``Example.meta``) are for evaluation and
+diagnostics only: nothing that computes a peer reward reads them.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Protocol
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from corl.proto import PromptFormat
 
 
 @dataclass(frozen=True)
 class Example:
     prompt: str
     answer: str | None = None  # ground truth where the data set has it; never used for peer rewards
+    meta: Mapping[str, Any] = field(default_factory=dict, compare=False)  # e.g. hidden tests (evaluation only)
 
 
 @dataclass(frozen=True)
@@ -26,12 +32,23 @@ class Splits:
 class Task(Protocol):
     name: str
 
-    def splits(self, seed: int) -> Splits:
-        """Disjoint seeded splits."""
+    @property
+    def prompt_format(self) -> PromptFormat:
+        """How every member presents this task's prompts (chat or plain template, system text)."""
         ...
 
-    def extract_answer(self, completion: str) -> str | None:
-        """Canonical answer of a completion, or None when it has no valid answer."""
+    @property
+    def stop(self) -> tuple[str, ...]:
+        """Stop strings the task's completions end at (besides each member's own end token)."""
+        ...
+
+    def extract_answer(self, prompt: str, completion: str) -> str | None:
+        """Canonical answer of ``completion`` to ``prompt`` (the task text, not the rendered one), or
+        None when it has no valid answer. Equal answers vote together."""
+        ...
+
+    def is_correct(self, example: Example, completion: str) -> bool:
+        """Evaluation only: is ``completion`` a right answer to ``example`` (dataset answer, hidden tests)?"""
         ...
 
     def judge_prompt(self, prompt: str, response: str) -> str:

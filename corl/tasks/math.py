@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .base import Splits
+from corl.proto import PromptFormat
+
+from .base import Example, Splits
 
 
 @dataclass(frozen=True)
@@ -17,7 +19,15 @@ class MathTask:
     def splits(self, seed: int = 0) -> Splits:
         raise NotImplementedError("math prompts come from a JSONL prompt source, not a generator")
 
-    def extract_answer(self, completion: str) -> str | None:
+    @property
+    def prompt_format(self) -> PromptFormat:
+        return PromptFormat()
+
+    @property
+    def stop(self) -> tuple[str, ...]:
+        return ()
+
+    def extract_answer(self, prompt: str, completion: str) -> str | None:
         from math_verify import parse
 
         parsed = parse(completion, parsing_timeout=None)
@@ -25,6 +35,9 @@ class MathTask:
             return None
         # math-verify returns [sympy expression, original string]; the expression's string form is canonical.
         return str(parsed[0])
+
+    def is_correct(self, example: Example, completion: str) -> bool:
+        return example.answer is not None and self.extract_answer(example.prompt, completion) == example.answer
 
     def judge_prompt(self, prompt: str, response: str) -> str:
         return f"Problem: {prompt}\nProposed solution: {response}\nIs the solution correct? Answer Yes or No: "

@@ -228,7 +228,10 @@ class RoundDriver:
         present = list(ok)
         texts = {name: [[s.text for s in pr.samples] for pr in resp.results] for name, resp in ok.items()}
         extract = self.task.extract_answer
-        answers = {name: [[extract(t) for t in row] for row in rows] for name, rows in texts.items()}
+        answers = {
+            name: [[extract(prompt, t) for t in row] for prompt, row in zip(prompts, rows, strict=True)]
+            for name, rows in texts.items()
+        }
         rewards, labels, pseudo = await self._rewards(r, prompts, texts, answers, [e.answer for e in examples])
 
         targets = [name for name in open_ if name in ok]

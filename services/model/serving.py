@@ -171,12 +171,12 @@ class ModelServing:
         )
         out = await self._generate(prompts, params)
         votes = {
-            p: [self.task.extract_answer(c.text) for c in o.completions]
+            p: [self.task.extract_answer(p, c.text) for c in o.completions]
             for p, o in zip(prompts, out.outputs, strict=True)
         }
         scores = []
         for item in req.items:
-            answer = self.task.extract_answer(item.response)
+            answer = self.task.extract_answer(item.prompt, item.response)
             own = votes[item.prompt]
             scores.append(0.0 if answer is None else sum(v == answer for v in own) / len(own))
         return out.weight_version, scores

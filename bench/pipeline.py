@@ -7,9 +7,9 @@ Both paths train every member of the cohort on ``rounds`` rounds of ``prompts`` 
 samples with ``peer_label`` rewards, so both train ``rounds * prompts * samples * members`` samples.
 
 - **lockstep**: one process, one torch thread. Per round every member samples with
-  ``corl.models.sampling.sample`` (the function the model servers call), sequentially; rewards come
-  from ``corl.rewards.compute_rewards`` with the task's ``extract_answer``; each member builds a
-  real ``GradedBatch`` (diagnostics from the aggregator's own ``member_diagnostics``) and takes one
+  ``corl.models.sampling.sample`` (the function the model servers call), sequentially; the round is
+  graded by ``corl.rewards.grade_round`` (what the aggregator calls); each member's batch is encoded
+  by the aggregator's own ``graded_batch_json`` into a real ``GradedBatch`` and the member takes one
   ``trainer.policy.PolicyTrainer.step`` on it, the call the trainer loop makes per batch. Sampling
   uses the policy's own weights, so it is exactly on-policy and needs no weight publishing.
 - **pipeline**: ``corl.embedded.run.run_embedded``: a real Redis, one model server per member, the
@@ -113,15 +113,17 @@ def run_lockstep(cohort: Path, rounds: int, prompts: int, samples: int) -> PathR
 
     from corl.embedded.config import embedded_config
     from corl.models.sampling import sample
-    from corl.rewards import compute_rewards
+    from corl.proto import GenerateResponse, GradedBatch
+    from corl.rewards import grade_round
+    from corl.services.aggregator.batches import graded_batch_json
     from corl.tasks import get_task
     from corl.trainer.policy import PolicyTrainer
 
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory(prefix="corl-bench-lockstep-") as tmp:
         cfg = embedded_config(cohort, Path(tmp), "redis://unused:0/0", overrides=_overrides(rounds, prompts, samples))
-    rc, rw = cfg.rounds, cfg.reward
-    task = get_task(cfg.task)
+    rc, sp = cfg.rounds, cfg.sampling()
+    task = get_task(cfg.task.name)
     pool = task.splits(rc.prompt_source.seed).rl
     names = [m.name for m in cfg.members]
     policies = {n: PolicyTrainer(cfg, n, torch.device("cpu")) for n in names}
@@ -132,40 +134,35 @@ def run_lockstep(cohort: Path, rounds: int, prompts: int, samples: int) -> PathR
     for r in range(rounds):
         examples = [pool[(r * prompts + i) % len(pool)] for i in range(prompts)]
         texts = [e.prompt for e in examples]
-        outs = {
-            n: sample(
+        responses = {}
+        for n, p in policies.items():  # as the model servers answer: sampler output in a GenerateResponse
+            out = sample(
                 p.model,
                 p.tokenizer,
                 texts,
                 n=samples,
-                max_tokens=rc.max_tokens,
-                temperature=rc.temperature,
-                top_p=rc.top_p,
+                max_tokens=sp.max_tokens,
+                temperature=sp.temperature,
+                top_p=sp.top_p,
+                stop=sp.stop,
                 seed=_seed(cfg.run_id, r, n),
             )
-            for n, p in policies.items()
-        }
-        answers = {
-            n: [[task.extract_answer(t, c.text) for c in pc.completions] for t, pc in zip(texts, o, strict=True)]
-            for n, o in outs.items()
-        }
-        out = compute_rewards(
-            rw.mode, answers, members=names, threshold=rw.threshold, topology=rw.topology, order=names
+            results = [
+                {"prompt": t, "prompt_token_ids": pc.prompt_token_ids, "samples": pc.completions}
+                for t, pc in zip(texts, out, strict=True)
+            ]
+            responses[n] = GenerateResponse.model_validate(
+                {"model": n, "weight_version": versions[n], "results": results}, from_attributes=True
+            )
+        # The aggregator's own grading and batch encoding.
+        outcome = grade_round(
+            responses, task, cfg.reward, {}, order=names, dataset_answers=[e.answer for e in examples]
         )
         for n, p in policies.items():
-            batch = _graded_batch(
-                cfg.run_id,
-                r,
-                n,
-                rw.mode,
-                outs[n],
-                out.rewards[n],
-                answers[n],
-                out.labels[n],
-                versions[n],
-                texts,
+            raw = graded_batch_json(
+                cfg.run_id, r, n, cfg.reward.mode, sp, responses[n], outcome.members[n], time.time()
             )
-            stats = p.step(batch)
+            stats = p.step(GradedBatch.model_validate_json(raw))
             versions[n] += 1 if stats.sequences else 0
         round_ends.append(time.perf_counter())
     total = round_ends[-1] - t0
@@ -176,29 +173,6 @@ def run_lockstep(cohort: Path, rounds: int, prompts: int, samples: int) -> PathR
         f"{steady[1] / max(rounds - 1, 1):.2f}s",
     ]
     return PathResult("lockstep", rounds * per_round, total, steady[0], steady[1], notes)
-
-
-def _graded_batch(run_id, r, member, reward_mode, results, rewards, answers, labels, version, texts):  # type: ignore[no-untyped-def]
-    """The member's GradedBatch, built by the aggregator's own code from a GenerateResponse."""
-    from corl.proto import GenerateResponse, GradedBatch
-    from corl.services.aggregator.rounds import graded_batch_json
-    from corl.services.aggregator.stats import member_diagnostics
-
-    resp = GenerateResponse.model_validate(  # as the model server builds it from sampler output
-        {
-            "model": member,
-            "weight_version": version,
-            "results": [
-                {"prompt": texts[p], "prompt_token_ids": pc.prompt_token_ids, "samples": pc.completions}
-                for p, pc in enumerate(results)
-            ],
-        },
-        from_attributes=True,
-    )
-    tokens = sum(len(c.token_ids) for pc in results for c in pc.completions)
-    diag, _ = member_diagnostics(answers, rewards, labels, tokens)
-    raw = graded_batch_json(run_id, r, member, reward_mode, resp, rewards, answers, diag, time.time())
-    return GradedBatch.model_validate_json(raw)
 
 
 # -- pipeline ------------------------------------------------------------------------------------

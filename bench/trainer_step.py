@@ -15,7 +15,6 @@ import argparse
 import json
 import statistics
 import tempfile
-import time
 from pathlib import Path
 
 import torch
@@ -42,47 +41,16 @@ def _batch(model_dir: Path, prompts: int, group: int, max_tokens: int):  # type:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from corl.models.sampling import sample
-    from corl.proto import BatchDiagnostics, GradedBatch, GradedSample
+    from corl.proto import SamplingSettings
     from corl.tasks import get_task
+    from corl.trainer.testing import batch_from_samples
 
     tok = AutoTokenizer.from_pretrained(model_dir)
     tok.padding_side = "left"
     model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
     texts = [e.prompt for e in get_task("addition").splits(0).rl[:prompts]]
     results = sample(model, tok, texts, n=group, max_tokens=max_tokens, temperature=1.0, seed=0)
-    samples = [
-        GradedSample(
-            sample_id=f"{p}-{j}",
-            group_id=str(p),
-            prompt=texts[p],
-            prompt_token_ids=r.prompt_token_ids,
-            response=c.text,
-            response_token_ids=c.token_ids,
-            logprobs=c.logprobs,
-            finish_reason=c.finish_reason,
-            weight_version=0,
-            reward=float(j % 2),
-        )  # type: ignore[arg-type]
-        for p, r in enumerate(results)
-        for j, c in enumerate(r.completions)
-    ]
-    diag = BatchDiagnostics(
-        mean_reward=0.5,
-        label_rate=1.0,
-        distinct_answers=1.0,
-        answer_entropy=0.0,
-        mean_response_tokens=float(max_tokens),
-    )
-    return GradedBatch(
-        batch_id="bench",
-        run_id="bench",
-        round=0,
-        member="m",
-        reward_mode="bench",
-        created_at=time.time(),
-        samples=samples,
-        diagnostics=diag,
-    )
+    return batch_from_samples(results, texts, sampling=SamplingSettings(max_tokens=max_tokens), run_id="bench")
 
 
 def main() -> None:
@@ -90,7 +58,7 @@ def main() -> None:
     ap.add_argument("--cohort", type=Path, default=None)
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--max-tokens", type=int, default=None, help="Default: the cohort config's rounds.max_tokens.")
+    ap.add_argument("--max-tokens", type=int, default=None, help="Default: the addition task's max_tokens.")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
@@ -98,10 +66,11 @@ def main() -> None:
 
     from corl.cohort.loading import parameter_count
     from corl.config import RoundsConfig, parse_config
+    from corl.tasks import get_task
     from corl.trainer.policy import PolicyTrainer
 
     rounds = RoundsConfig()
-    max_tokens = args.max_tokens or rounds.max_tokens
+    max_tokens = args.max_tokens or get_task("addition").max_tokens
     with tempfile.TemporaryDirectory() as tmp:
         dirs = (
             {p.name: p for p in sorted(args.cohort.iterdir()) if (p / "config.json").exists()}

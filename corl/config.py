@@ -11,7 +11,9 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from corl.proto import RewardModeName, SamplingSettings
 
 Name = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9-]{0,39}$")]
 
@@ -41,12 +43,28 @@ class PromptSource(_Section):
         return self
 
 
+class TaskConfig(_Section):
+    """The run's task: how prompts are presented, how answers are read; configured only here."""
+
+    name: str = Field(default="addition", description="Task plug-in: addition, math, code.")
+
+    @field_validator("name")
+    @classmethod
+    def _known(cls, v: str) -> str:
+        from corl.tasks import task_names
+
+        if v not in task_names():
+            raise ValueError(f"unknown task {v!r}; known: {task_names()}")
+        return v
+
+
 class RoundsConfig(_Section):
     prompts_per_round: int = Field(default=16, ge=1)
     samples_per_prompt: int = Field(default=8, ge=2)
-    max_tokens: int = Field(default=4, ge=1)
+    max_tokens: int | None = Field(default=None, ge=1, description="New tokens per sample; None: the task's default.")
     temperature: float = Field(default=1.0, gt=0.0)
     top_p: float = Field(default=1.0, gt=0.0, le=1.0)
+    stop: list[str] | None = Field(default=None, description="Stop strings; None: the task's.")
     prompt_source: PromptSource = PromptSource()
     max_pending_batches: int = Field(
         default=2, ge=1, description="Back-pressure: batches per member stream not yet delivered to its trainer."
@@ -75,7 +93,7 @@ class ReliabilityConfig(_Section):
 
 
 class RewardConfig(_Section):
-    mode: Literal["peer_label", "peer_agreement", "peer_judge", "self_vote", "ground_truth", "none"] = "peer_label"
+    mode: RewardModeName = Field(default="peer_label", description="A mode of corl.rewards.modes.REWARD_MODES.")
     threshold: float = Field(default=0.0, ge=0.0, le=1.0, description="Min plurality share for a pseudo-label.")
     topology: Literal["all", "ring"] = "all"
     judge: JudgeConfig = JudgeConfig()
@@ -114,13 +132,18 @@ class TrainingConfig(_Section):
 class CohortConfig(_Section):
     run_id: Name = "tiny"
     redis_url: str = "redis://127.0.0.1:6379/0"
-    task: str = "addition"
+    task: TaskConfig = TaskConfig()
     weights_dir: str = Field(default="weights", description="Weights store (shared volume on Kubernetes).")
     checkpoints_dir: str = "checkpoints"
     members: list[MemberConfig] = Field(min_length=2)
     rounds: RoundsConfig = RoundsConfig()
     reward: RewardConfig = RewardConfig()
     training: TrainingConfig = TrainingConfig()
+
+    @field_validator("task", mode="before")
+    @classmethod
+    def _task_by_name(cls, v: object) -> object:
+        return {"name": v} if isinstance(v, str) else v  # `task: math` is short for `task: {name: math}`
 
     @model_validator(mode="after")
     def _check_members(self) -> CohortConfig:
@@ -131,6 +154,18 @@ class CohortConfig(_Section):
         if self.rounds.min_quorum > len(self.members):
             raise ValueError(f"rounds.min_quorum={self.rounds.min_quorum} exceeds the {len(self.members)} members")
         return self
+
+    def sampling(self) -> SamplingSettings:
+        """The run's sampling settings: what every generate call asks for and every batch carries."""
+        from corl.tasks import get_task
+
+        rc, task = self.rounds, get_task(self.task.name)
+        return SamplingSettings(
+            temperature=rc.temperature,
+            top_p=rc.top_p,
+            max_tokens=rc.max_tokens if rc.max_tokens is not None else task.max_tokens,
+            stop=list(rc.stop) if rc.stop is not None else list(task.stop),
+        )
 
     def member(self, name: str) -> MemberConfig:
         for m in self.members:

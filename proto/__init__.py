@@ -2,12 +2,21 @@
 
 Services, trainers, clients and tests import these; ``corl proto export`` writes their JSON Schemas
 and the OpenAPI documents of the model server and the aggregator next to this file, and a test
-fails when those drift.
+fails when those drift. ``CONTRACT_VERSION`` is the version of this contract (the OpenAPI
+documents' ``info.version``); it changes whenever a message changes incompatibly.
 """
 
-from .batch import BatchDiagnostics, GradedBatch, GradedSample
+from .batch import BatchDiagnostics, GradedBatch, GradedSample, PromptGroup
 from .errors import ErrorDetail, ErrorResponse, ErrorType
-from .generate import FinishReason, GenerateRequest, GenerateResponse, PromptFormat, PromptResult, Sample
+from .generate import (
+    FinishReason,
+    GenerateRequest,
+    GenerateResponse,
+    PromptFormat,
+    PromptResult,
+    Sample,
+    SamplingSettings,
+)
 from .grade import GradeItem, GradeMode, GradeRequest, GradeResponse
 from .grading import (
     GraderMode,
@@ -26,9 +35,13 @@ from .grading import (
     RunStats,
 )
 from .info import HealthResponse, InfoResponse, ReadyResponse
+from .modes import RewardModeName
 from .weights import WeightFormat, WeightUpdateRequest, WeightUpdateResponse
 
+CONTRACT_VERSION = "2"
+
 __all__ = [
+    "CONTRACT_VERSION",
     "BatchDiagnostics",
     "ErrorDetail",
     "ErrorResponse",
@@ -45,9 +58,12 @@ __all__ = [
     "HealthResponse",
     "InfoResponse",
     "PromptFormat",
+    "PromptGroup",
     "PromptResult",
     "ReadyResponse",
+    "RewardModeName",
     "Sample",
+    "SamplingSettings",
     "WeightFormat",
     "WeightUpdateRequest",
     "WeightUpdateResponse",

@@ -1,16 +1,18 @@
-"""A graded batch: what the aggregator appends to a member's Redis stream and its trainer consumes."""
+"""A graded batch: what the aggregator appends to a member's Redis stream and its trainer consumes.
+
+It carries what produced it: the sampling settings of the round, and each prompt once per group
+(with the member's own token ids), its samples below it.
+"""
 
 from pydantic import Field
 
 from ._base import WireModel
-from .generate import FinishReason
+from .generate import FinishReason, SamplingSettings
+from .modes import RewardModeName
 
 
 class GradedSample(WireModel):
     sample_id: str
-    group_id: str = Field(description="Prompt group: samples of one prompt share it (group-relative advantages).")
-    prompt: str
-    prompt_token_ids: list[int]
     response: str
     response_token_ids: list[int]
     logprobs: list[float] = Field(description="Sampling log-probs returned by the server, one per response token.")
@@ -18,6 +20,15 @@ class GradedSample(WireModel):
     weight_version: int = Field(ge=0, description="Weights the sample was generated with.")
     reward: float
     answer: str | None = Field(default=None, description="Canonical extracted answer (None if unparseable).")
+
+
+class PromptGroup(WireModel):
+    """One prompt and the member's samples of it (group-relative advantages are taken per group)."""
+
+    group_id: str
+    prompt: str = Field(description="Task text of the prompt.")
+    prompt_token_ids: list[int] = Field(min_length=1, description="The prompt as the member's server rendered it.")
+    samples: list[GradedSample] = Field(min_length=1)
 
 
 class BatchDiagnostics(WireModel):
@@ -33,7 +44,12 @@ class GradedBatch(WireModel):
     run_id: str
     round: int = Field(ge=0)
     member: str
-    reward_mode: str
+    reward_mode: RewardModeName
     created_at: float = Field(description="Unix time.")
-    samples: list[GradedSample] = Field(min_length=1)
+    sampling: SamplingSettings = Field(description="The settings every sample of the batch was drawn with.")
+    groups: list[PromptGroup] = Field(min_length=1)
     diagnostics: BatchDiagnostics
+
+    def samples(self) -> list[tuple[PromptGroup, GradedSample]]:
+        """Every sample with its group, in batch order."""
+        return [(g, s) for g in self.groups for s in g.samples]

@@ -9,6 +9,7 @@ ErrorType = Literal[
     "unauthorized",  # 401: no or wrong token
     "forbidden",  # 403: authenticated, but not allowed (e.g. a task leased to another grader)
     "not_found",  # 404
+    "method_not_allowed",  # 405: the route exists; ``Allow`` lists its methods
     "conflict",  # 409: stale or duplicate weight version
     "payload_too_large",  # 413
     "rate_limited",  # 429

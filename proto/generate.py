@@ -7,6 +7,7 @@ from pydantic import Field, field_validator
 from ._base import WireModel
 
 NonEmptyStr = Annotated[str, Field(min_length=1)]
+StopStrings = Annotated[list[NonEmptyStr], Field(max_length=16, description="Stop strings (at most 16).")]
 
 
 class PromptFormat(WireModel):
@@ -32,23 +33,49 @@ class PromptFormat(WireModel):
         return v
 
 
+class SamplingSettings(WireModel):
+    """The sampling settings of a run: sent with every generate call and carried by every graded
+    batch, so the trainer recomputes log-probs under the distribution the samples were drawn from."""
+
+    temperature: float = Field(default=1.0, ge=0.0, description="0 means greedy.")
+    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
+    max_tokens: int = Field(default=16, ge=1, description="Maximum new tokens per sample.")
+    stop: StopStrings = Field(default_factory=list)
+
+
 class GenerateRequest(WireModel):
     """Sampling request. Server-side bounds (max prompts, n, max_tokens) are configured per server."""
 
-    prompts: list[NonEmptyStr] = Field(min_length=1, description="Prompts, each non-empty.")
+    prompts: list[NonEmptyStr] = Field(min_length=1, description="Prompts (task text), each non-empty.")
     n: int = Field(default=1, ge=1, description="Samples per prompt.")
     max_tokens: int = Field(default=16, ge=1, description="Maximum new tokens per sample.")
     temperature: float = Field(default=1.0, ge=0.0, description="0 means greedy.")
     top_p: float = Field(default=1.0, gt=0.0, le=1.0)
+    stop: StopStrings = Field(
+        default_factory=list, description="Generation ends after the token that completes one of these."
+    )
     seed: int | None = Field(default=None, description="Makes sampling reproducible for this request.")
+    format: PromptFormat = Field(default_factory=PromptFormat, description="How the server renders each prompt.")
+
+    @classmethod
+    def of(cls, prompts: list[str], sampling: SamplingSettings, **kw: object) -> "GenerateRequest":
+        return cls(prompts=prompts, **sampling.model_dump(), **kw)  # type: ignore[arg-type]
+
+    def sampling(self) -> SamplingSettings:
+        return SamplingSettings(
+            temperature=self.temperature, top_p=self.top_p, max_tokens=self.max_tokens, stop=self.stop
+        )
 
 
 FinishReason = Literal["stop", "length"]
 
 
 class Sample(WireModel):
-    text: str = Field(description="Decoded completion, without the end-of-sequence token.")
-    token_ids: list[int] = Field(description="Sampled token ids, including the end token when finish_reason is 'stop'.")
+    text: str = Field(description="Decoded completion, without the end-of-sequence token or stop string.")
+    token_ids: list[int] = Field(
+        description="Sampled token ids, including the end token (or the tokens of the stop string) when "
+        "finish_reason is 'stop'."
+    )
     logprobs: list[float] = Field(
         description="Log-probability of each sampled token under the sampling distribution "
         "(after temperature and top-p), one per token id."
@@ -57,8 +84,8 @@ class Sample(WireModel):
 
 
 class PromptResult(WireModel):
-    prompt: str
-    prompt_token_ids: list[int] = Field(description="The prompt as the server tokenised it.")
+    prompt: str = Field(description="The prompt as given in the request (task text).")
+    prompt_token_ids: list[int] = Field(description="The prompt as the server rendered and tokenised it.")
     samples: list[Sample]
 
 

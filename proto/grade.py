@@ -1,6 +1,9 @@
 """``POST /v1/grade``: score (prompt, response) pairs in [0, 1].
 
-This is also the contract an external grading agent implements (push mode) in any language.
+This is also the contract an external grading agent implements (push mode) in any language. The
+request names the task, so a grader reads answers and builds judge texts the task's way, and
+says how prompts are presented (``format``) and how vote samples are drawn (``sampling``): a
+model server keeps no task setting of its own.
 """
 
 from typing import Annotated, Literal
@@ -8,12 +11,13 @@ from typing import Annotated, Literal
 from pydantic import Field
 
 from ._base import WireModel
+from .generate import PromptFormat, SamplingSettings
 
 Score = Annotated[float, Field(ge=0.0, le=1.0)]
 
 
 class GradeItem(WireModel):
-    prompt: str = Field(min_length=1)
+    prompt: str = Field(min_length=1, description="Task text of the prompt.")
     response: str
 
 
@@ -21,13 +25,17 @@ GradeMode = Literal["vote", "judge"]
 
 
 class GradeRequest(WireModel):
-    """``vote``: the grader samples ``n_votes`` answers of its own to the prompt and the score is the
-    fraction that agree with the response's extracted answer. ``judge``: the grader reads prompt and
-    response in a judge template and the score is its probability of the "correct" verdict."""
+    """``vote``: the grader samples ``n_votes`` answers of its own to the prompt (with ``sampling``)
+    and the score is the fraction that agree with the response's extracted answer. ``judge``: the
+    grader reads the task's judge text for (prompt, response), rendered with ``format``, and the
+    score is its probability of the task's "correct" verdict token."""
 
     items: list[GradeItem] = Field(min_length=1)
+    task: str = Field(min_length=1, description="Task plug-in (addition, math, code): answers and judge texts.")
     mode: GradeMode = "vote"
     n_votes: int = Field(default=8, ge=1)
+    format: PromptFormat = Field(default_factory=PromptFormat)
+    sampling: SamplingSettings = Field(default_factory=SamplingSettings, description="Vote mode only.")
 
 
 class GradeResponse(WireModel):

@@ -100,6 +100,9 @@ class RoundStats(WireModel):
     members: dict[str, MemberRoundStats] = Field(description="Members that answered this round.")
     missing: list[str] = Field(description="Members left out (down, timed out).")
     agreement: dict[str, dict[str, float]] = Field(description="Pseudo-label agreement between members.")
+    cohort_diversity: float = Field(
+        ge=0.0, le=1.0, description="Distinct pseudo-labels across members per prompt / members (1: all differ)."
+    )
 
 
 class RunStats(WireModel):

@@ -13,7 +13,8 @@ class InfoResponse(WireModel):
     parameters: int = Field(ge=0)
     weight_version: int = Field(ge=0)
     backend: str
-    task: str = Field(description="Task whose answer extraction the server uses for vote grading.")
+    chat_template: bool = Field(description="Whether the member's tokenizer has a chat template.")
+    max_context: int | None = Field(default=None, ge=1, description="Prompt + new tokens the model accepts.")
 
 
 class HealthResponse(WireModel):

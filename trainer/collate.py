@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from corl.proto import GradedSample
+from corl.proto import GradedSample, PromptGroup
 
 
 @dataclass(frozen=True)
@@ -28,23 +28,22 @@ class PackedBatch:
         return int(self.attention_mask.sum())
 
 
-def pack(samples: Sequence[GradedSample], pad_token_id: int) -> PackedBatch:
-    if not samples:
+def pack(rows: Sequence[tuple[PromptGroup, GradedSample]], pad_token_id: int) -> PackedBatch:
+    """Pack (group, sample) rows (``GradedBatch.samples()``): the group holds the prompt's ids."""
+    if not rows:
         raise ValueError("nothing to pack")
-    for s in samples:
+    for _, s in rows:
         if len(s.logprobs) != len(s.response_token_ids):
             raise ValueError(f"sample {s.sample_id}: {len(s.logprobs)} logprobs for {len(s.response_token_ids)} tokens")
-        if not s.prompt_token_ids:
-            raise ValueError(f"sample {s.sample_id}: empty prompt")
-    p = max(len(s.prompt_token_ids) for s in samples)
-    t = max(max(len(s.response_token_ids) for s in samples), 1)
-    b = len(samples)
+    p = max(len(g.prompt_token_ids) for g, _ in rows)
+    t = max(max(len(s.response_token_ids) for _, s in rows), 1)
+    b = len(rows)
     ids = torch.full((b, p + t), pad_token_id, dtype=torch.long)
     attn = torch.zeros((b, p + t), dtype=torch.long)
     old = torch.zeros((b, t), dtype=torch.float32)
-    for i, s in enumerate(samples):
-        lp, lr = len(s.prompt_token_ids), len(s.response_token_ids)
-        ids[i, p - lp : p] = torch.tensor(s.prompt_token_ids)
+    for i, (g, s) in enumerate(rows):
+        lp, lr = len(g.prompt_token_ids), len(s.response_token_ids)
+        ids[i, p - lp : p] = torch.tensor(g.prompt_token_ids)
         attn[i, p - lp : p] = 1
         if lr:
             ids[i, p : p + lr] = torch.tensor(s.response_token_ids)

@@ -175,7 +175,7 @@ class Trainer:
             else:
                 self.stream.commit([entry.entry_id], applied=[batch.batch_id])
             return
-        generated = min(s.weight_version for s in batch.samples)
+        generated = min(s.weight_version for _, s in batch.samples())
         lag = self.state.weight_version - generated
         self._gauge(m.version_lag, lag)
         if lag > self.cfg.training.max_staleness:

@@ -95,6 +95,27 @@ def accepts_position_ids(model: torch.nn.Module) -> bool:
     return "position_ids" in inspect.signature(base.forward).parameters
 
 
+def truncate_top_p(logits: torch.Tensor, top_p: float, keep: torch.Tensor, chunk: int = 32) -> torch.Tensor:
+    """``logits`` (B, T, V) with the tokens outside each position's top-p nucleus pushed to the
+    dtype's minimum, as the samplers do (HF's ``TopPLogitsWarper``, vLLM: sort ascending, drop the
+    tokens whose cumulative probability is <= 1 - top_p, keep at least one). ``keep`` (B, T), the
+    sampled tokens, are never dropped: float noise must not give a sampled token zero probability.
+    The mask is computed without gradient, ``chunk`` positions at a time (a sort over a large
+    vocabulary per position is the memory peak); gradients flow through the kept logits."""
+    if top_p >= 1.0:
+        return logits
+    remove = torch.zeros_like(logits, dtype=torch.bool)
+    with torch.no_grad():
+        for t0 in range(0, logits.size(1), chunk):
+            part = logits[:, t0 : t0 + chunk].detach()
+            ordered, order = torch.sort(part, dim=-1, descending=False)
+            drop = ordered.softmax(-1).cumsum(-1) <= (1.0 - top_p)
+            drop[..., -1] = False
+            remove[:, t0 : t0 + chunk] = drop.scatter(-1, order, drop)
+        remove.scatter_(-1, keep.unsqueeze(-1), False)
+    return logits.masked_fill(remove, torch.finfo(logits.dtype).min)
+
+
 def response_logps(
     model: PreTrainedModel | torch.nn.Module,
     input_ids: torch.Tensor,
@@ -102,11 +123,12 @@ def response_logps(
     response_len: int,
     *,
     temperature: float = 1.0,
+    top_p: float = 1.0,
     with_entropy: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Log-probs (B, T) of the last ``response_len`` tokens of ``input_ids`` and their entropies.
-
-    Logits are divided by the sampling temperature, as the server's sampling log-probs were.
+    """Log-probs (B, T) of the last ``response_len`` tokens of ``input_ids`` and their entropies,
+    under the distribution they were sampled from: logits divided by ``temperature``, then
+    truncated to the ``top_p`` nucleus, as the server's sampling log-probs were.
     Position ids follow the attention mask (left-padded prompts), as ``generate`` computes them.
     """
     kwargs: dict[str, torch.Tensor] = {"input_ids": input_ids, "attention_mask": attention_mask}
@@ -116,7 +138,9 @@ def response_logps(
     logits = logits[:, -response_len - 1 : -1, :].float()
     if temperature != 1.0:
         logits = logits / temperature
-    logps = selective_log_softmax(logits, input_ids[:, -response_len:])
+    targets = input_ids[:, -response_len:]
+    logits = truncate_top_p(logits, top_p, targets)
+    logps = selective_log_softmax(logits, targets)
     entropies = None
     if with_entropy:
         with torch.no_grad():

@@ -12,7 +12,7 @@ from typing import Any
 import torch
 
 from corl.config import CohortConfig
-from corl.proto import GradedBatch
+from corl.proto import GradedBatch, SamplingSettings
 
 from .advantages import group_advantages
 from .collate import pack
@@ -80,31 +80,32 @@ class PolicyTrainer:
             params, lr=cfg.training.lr, betas=cfg.training.betas, weight_decay=cfg.training.weight_decay
         )
 
-    def _ref_logps(self, input_ids: torch.Tensor, attn: torch.Tensor, t: int) -> torch.Tensor:
-        temp = self.cfg.rounds.temperature
+    def _ref_logps(self, input_ids: torch.Tensor, attn: torch.Tensor, t: int, sp: SamplingSettings) -> torch.Tensor:
+        kw = {"temperature": sp.temperature, "top_p": sp.top_p, "with_entropy": False}
         with torch.no_grad():
             if self.ref_model is not None:
-                return response_logps(self.ref_model, input_ids, attn, t, temperature=temp, with_entropy=False)[0]
+                return response_logps(self.ref_model, input_ids, attn, t, **kw)[0]  # type: ignore[arg-type]
             with self.model.disable_adapter():  # LoRA: the base weights are the reference
-                return response_logps(self.model, input_ids, attn, t, temperature=temp, with_entropy=False)[0]
+                return response_logps(self.model, input_ids, attn, t, **kw)[0]  # type: ignore[arg-type]
 
     def step(self, batch: GradedBatch) -> StepStats:
         """One update (``steps_per_batch`` optimizer steps) on ``batch``."""
-        tc, t0 = self.train_cfg, time.perf_counter()
-        rewards = torch.tensor([s.reward for s in batch.samples], dtype=torch.float32)
-        adv = group_advantages(rewards, [s.group_id for s in batch.samples], scale_rewards=tc.scale_rewards)
+        tc, sp, t0 = self.train_cfg, batch.sampling, time.perf_counter()
+        rows = batch.samples()
+        rewards = torch.tensor([s.reward for _, s in rows], dtype=torch.float32)
+        adv = group_advantages(rewards, [g.group_id for g, _ in rows], scale_rewards=tc.scale_rewards)
         kept = [i for i, k in enumerate(adv.keep.tolist()) if k]
         mean_reward = float(rewards.mean())
         if not kept:
             return StepStats(
                 0.0, mean_reward, 0.0, 0.0, 0.0, None, 0.0, 0.0, time.perf_counter() - t0, 0, 0, adv.skipped_groups
             )
-        packed = pack([batch.samples[i] for i in kept], self.pad_id)
+        packed = pack([rows[i] for i in kept], self.pad_id)
         advantages = adv.advantages[kept].to(self.device)
         ids, attn = packed.input_ids.to(self.device), packed.attention_mask.to(self.device)
         mask, old = packed.response_mask.to(self.device), packed.old_logps.to(self.device)
         n, t = ids.size(0), packed.response_len
-        ref = self._ref_logps(ids, attn, t) if tc.beta > 0 else None
+        ref = self._ref_logps(ids, attn, t, sp) if tc.beta > 0 else None
         micro = tc.micro_batch_size or n
         chunks = [slice(i, min(i + micro, n)) for i in range(0, n, micro)]
         total_tokens = float(mask.sum())
@@ -114,7 +115,9 @@ class PolicyTrainer:
             self.optimizer.zero_grad(set_to_none=True)
             acc = {"loss": 0.0, "clip": 0.0, "kl": 0.0, "ref_kl": 0.0, "ent": 0.0}
             for sl in chunks:
-                logps, ent = response_logps(self.model, ids[sl], attn[sl], t, temperature=self.cfg.rounds.temperature)
+                logps, ent = response_logps(
+                    self.model, ids[sl], attn[sl], t, temperature=sp.temperature, top_p=sp.top_p
+                )
                 out = policy_loss(
                     logps,
                     old[sl],
@@ -125,7 +128,7 @@ class PolicyTrainer:
                     epsilon_high=tc.epsilon_high,
                     beta=tc.beta,
                     ref_logps=None if ref is None else ref[sl],
-                    max_completion_length=self.cfg.rounds.max_tokens,
+                    max_completion_length=sp.max_tokens,
                     num_items_in_batch=total_tokens,
                 )
                 # Scale each micro-batch so their sum is the whole-batch loss of this loss type.

@@ -86,7 +86,7 @@ class RunMonitor:
 
     def __init__(self, cfg: CohortConfig, agg_url: str, opts: RunOptions):
         self.cfg, self.agg_url, self.opts = cfg, agg_url, opts
-        self.task = get_task(cfg.task)
+        self.task = get_task(cfg.task.name)
         self.eval_set: list[Example] = self.task.splits(cfg.rounds.prompt_source.seed).eval[: opts.eval_prompts]
         self.http = httpx.Client(timeout=httpx.Timeout(60.0, connect=5.0))
         self.redis = redis.Redis.from_url(cfg.redis_url, socket_timeout=5.0)
@@ -98,9 +98,8 @@ class RunMonitor:
         self.redis.close()
 
     def accuracy(self, server: str) -> tuple[float, int]:
-        req = GenerateRequest(
-            prompts=[e.prompt for e in self.eval_set], n=1, max_tokens=self.cfg.rounds.max_tokens, temperature=0.0
-        )
+        sp = self.cfg.sampling().model_copy(update={"temperature": 0.0})
+        req = GenerateRequest.of([e.prompt for e in self.eval_set], sp, n=1, format=self.task.prompt_format)
         resp = self.http.post(f"{server}/v1/generate", json=req.model_dump())
         resp.raise_for_status()
         out = GenerateResponse.model_validate(resp.json())

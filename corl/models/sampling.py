@@ -8,6 +8,7 @@ This runs synchronously; callers on an event loop run it in a worker thread.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -50,9 +51,14 @@ def sample(
     max_tokens: int = 16,
     temperature: float = 1.0,
     top_p: float = 1.0,
+    stop: Sequence[str] = (),
     seed: int | None = None,
 ) -> list[PromptCompletions]:
-    """Sample ``n`` completions for each prompt. ``temperature == 0`` is greedy."""
+    """Sample ``n`` completions for each prompt. ``temperature == 0`` is greedy.
+
+    A completion ends at the model's end token(s) (the tokenizer's and the generation config's,
+    e.g. a chat model's end-of-turn) or after the token that completes a ``stop`` string; its
+    text then excludes the end token or stop string, its token ids and log-probs include them."""
     if seed is not None:
         torch.manual_seed(seed)
     enc = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
@@ -60,15 +66,18 @@ def sample(
     input_ids = enc["input_ids"].to(device)
     attention_mask = enc["attention_mask"].to(device)
     greedy = temperature == 0.0
+    eos = end_token_ids(model, tokenizer)
     gen_kwargs: dict = dict(
         max_new_tokens=max_tokens,
         do_sample=not greedy,
         num_return_sequences=n,
         output_scores=True,
         return_dict_in_generate=True,
-        pad_token_id=tokenizer.pad_token_id,
-        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos[0],
+        eos_token_id=eos,
     )
+    if stop:
+        gen_kwargs.update(stop_strings=list(stop), tokenizer=tokenizer)
     if greedy:
         gen_kwargs.update(temperature=None, top_p=None, top_k=None)
     else:
@@ -79,7 +88,6 @@ def sample(
     scores = torch.stack(out.scores, dim=1).float().log_softmax(dim=-1)
     token_logprobs = scores.gather(-1, new_tokens.unsqueeze(-1)).squeeze(-1)
 
-    eos = tokenizer.eos_token_id
     results: list[PromptCompletions] = []
     for p in range(len(prompts)):
         mask = attention_mask[p].bool()
@@ -89,10 +97,54 @@ def sample(
             ids = new_tokens[row].tolist()
             lps = token_logprobs[row].tolist()
             finish = "length"
-            if eos in ids:
-                cut = ids.index(eos) + 1
-                ids, lps, finish = ids[:cut], lps[:cut], "stop"
+            end = next((i for i, t in enumerate(ids) if t in eos), None)
+            if end is not None:
+                ids, lps, finish = ids[: end + 1], lps[: end + 1], "stop"
             text = str(tokenizer.decode(ids, skip_special_tokens=True))
+            cut = stop_cut(tokenizer, ids, stop) if stop else None
+            if cut is not None:
+                k, text = cut
+                ids, lps, finish = ids[:k], lps[:k], "stop"
             completions.append(Completion(text, ids, lps, finish))
         results.append(PromptCompletions(prompt_ids, completions))
     return results
+
+
+def end_token_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> list[int]:
+    """Ids that end a completion: the generation config's (a chat model's end of turn) and the
+    tokenizer's EOS, generation config first."""
+    found: list[int] = []
+    config_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    for i in [*(config_eos if isinstance(config_eos, list) else [config_eos]), tokenizer.eos_token_id]:
+        if i is not None and int(i) not in found:
+            found.append(int(i))
+    if not found:
+        raise ValueError("the model has no end token: set eos_token_id in its generation config or tokenizer")
+    return found
+
+
+def stop_cut(tokenizer: PreTrainedTokenizerBase, ids: list[int], stop: Sequence[str]) -> tuple[int, str] | None:
+    """(tokens to keep, text before the stop string) when a stop string occurs in the decoded
+    ``ids``: the fewest leading tokens whose text holds one (binary search: a prefix that holds
+    one keeps holding it), so the token that completes it is the last one kept."""
+
+    def text_of(k: int) -> str:
+        return str(tokenizer.decode(ids[:k], skip_special_tokens=True))
+
+    def first_hit(text: str) -> int | None:
+        hits = [i for i in (text.find(s) for s in stop) if i >= 0]
+        return min(hits) if hits else None
+
+    if first_hit(text_of(len(ids))) is None:
+        return None
+    lo, hi = 1, len(ids)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if first_hit(text_of(mid)) is None:
+            lo = mid + 1
+        else:
+            hi = mid
+    text = text_of(lo)
+    pos = first_hit(text)
+    assert pos is not None
+    return lo, text[:pos]

@@ -1,9 +1,11 @@
 """Pure reward and diagnostics math for peer-rewarded cohort training (no I/O).
 
+- ``modes``: the one table of reward modes (name -> pure function).
 - ``votes``: pseudo-labels and vote-style rewards (peer_label, peer_agreement, baselines).
 - ``judge``: robust, reliability-weighted combination of judge grades (peer_judge).
 - ``reliability``: online grader weights with probation and quarantine.
 - ``diagnostics``: diversity, agreement, label accuracy and the collapse alarm.
+- ``round``: ``grade_round``, one round from samples to rewards and diagnostics.
 """
 
 from corl.rewards.diagnostics import (
@@ -16,15 +18,18 @@ from corl.rewards.diagnostics import (
     labelled_fraction,
 )
 from corl.rewards.judge import combine_grades, judge_rewards, weighted_median, weighted_trimmed_mean
+from corl.rewards.modes import PEER_VOTE_MODES, REWARD_MODES, RewardMode
 from corl.rewards.reliability import (
     GraderReliability,
     chance_corrected_agreement,
+    grade_agreements,
+    peer_vote_agreements,
     peer_votes_reliability_update,
 )
+from corl.rewards.round import MemberOutcome, RoundOutcome, grade_round
 from corl.rewards.votes import (
-    PEER_MODES,
-    VOTE_MODES,
     Answers,
+    RewardInputs,
     RewardOutcome,
     compute_rewards,
     plurality,
@@ -33,12 +38,16 @@ from corl.rewards.votes import (
 )
 
 __all__ = [
-    "PEER_MODES",
-    "VOTE_MODES",
+    "PEER_VOTE_MODES",
+    "REWARD_MODES",
     "Answers",
     "CollapseDetector",
     "GraderReliability",
+    "MemberOutcome",
+    "RewardInputs",
+    "RewardMode",
     "RewardOutcome",
+    "RoundOutcome",
     "agreement_matrix",
     "answer_stats",
     "chance_corrected_agreement",
@@ -46,9 +55,12 @@ __all__ = [
     "combine_grades",
     "compute_rewards",
     "diversity",
+    "grade_agreements",
+    "grade_round",
     "judge_rewards",
     "label_accuracy",
     "labelled_fraction",
+    "peer_vote_agreements",
     "peer_votes_reliability_update",
     "plurality",
     "pseudo_label",

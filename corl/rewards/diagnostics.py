@@ -135,7 +135,11 @@ class CollapseDetector:
         return cls(
             collapse_fraction=float(data.get("collapse_fraction", 0.5)),
             warmup_rounds=int(data.get("warmup_rounds", 1)),
-            start={k: float(v) for k, v in data.get("start", {}).items()},
-            alarmed=set(data.get("alarmed", [])),
-            _warmup={k: [float(x) for x in v] for k, v in data.get("warmup", {}).items()},
-        )
+        ).restore(data)
+
+    def restore(self, data: Mapping[str, Any]) -> CollapseDetector:
+        """Take the learnt baselines and alarms (not the configuration) of a ``snapshot``; returns self."""
+        self.start = {k: float(v) for k, v in data.get("start", {}).items()}
+        self.alarmed = set(data.get("alarmed", []))
+        self._warmup = {k: [float(x) for x in v] for k, v in data.get("warmup", {}).items()}
+        return self

@@ -7,7 +7,10 @@ weight 0 has no say (fail closed: an unknown grader must be registered before it
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Literal
+from typing import TYPE_CHECKING, Literal, cast
+
+if TYPE_CHECKING:
+    from .votes import RewardInputs, RewardOutcome
 
 CombineMethod = Literal["mean", "median", "trimmed_mean"]
 
@@ -94,3 +97,21 @@ def judge_rewards(
             rows.append(row)
         out[author] = rows
     return out
+
+
+def peer_judge_rewards(inp: RewardInputs) -> RewardOutcome:
+    """``peer_judge``: each response's reward is its peers' (and external graders') judge scores,
+    combined with their learnt reliabilities (``judge_rewards``). A prompt counts as labelled for a
+    member when some grader other than the member scored one of its samples."""
+    from .votes import RewardOutcome, _check_shapes
+
+    _check_shapes(inp.answers, inp.members)
+    if inp.grades is None:
+        raise ValueError("peer_judge needs the round's grades")
+    method = cast(CombineMethod, inp.judge_combine)
+    grades = {m: inp.grades[m] for m in inp.members}
+    rewards = judge_rewards(grades, inp.reliability or {}, method, inp.judge_trim)
+    labels: dict[str, list[str | None]] = {
+        a: ["graded" if any(any(g != a for g in s) for s in row) else None for row in grades[a]] for a in inp.members
+    }
+    return RewardOutcome(rewards=rewards, labels=labels, pseudo_labels=inp.pseudo())

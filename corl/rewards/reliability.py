@@ -144,38 +144,14 @@ class GraderReliability:
         self.observe(used)
         return used
 
-    def _consensus(self, others: list[tuple[float, float]]) -> float:
-        if self.consensus == "mean":
-            return sum(s * w for s, w in others) / sum(w for _, w in others)
-        return weighted_median(sorted(others))
-
     def update(self, grades: Sequence[Mapping[str, float]]) -> dict[str, float]:
-        """Learn from one batch of grades, each ``{grader: score}`` for one response.
-
-        Consensus uses the weights from before this batch, so the order of responses does not
-        matter; quarantined graders count in it at their (floor-bounded) learnt weight, so a
-        cohort that is all quarantined can still earn its way back. Returns the agreement used
-        for each grader (graders with fewer than two comparable responses are not updated).
-        """
+        """Learn from one batch of grades, each ``{grader: score}`` for one response: register new
+        graders on probation, measure agreements with the weights from before this batch
+        (``grade_agreements``) and take one ``observe_batch`` step. Returns the agreement used."""
         for by_grader in grades:
             for g in by_grader:
                 self.register(g, probation=True)
-        pairs: dict[str, tuple[list[float], list[float]]] = {}
-        for by_grader in grades:
-            scored = [(g, float(s), self.weights[g]) for g, s in by_grader.items()]
-            for g, s, _ in scored:
-                others = [(t, w) for h, t, w in scored if h != g and w > 0.0]
-                if not others:
-                    continue
-                mine, cons = pairs.setdefault(g, ([], []))
-                mine.append(s)
-                cons.append(self._consensus(others))
-        agreements = {}
-        for g, (mine, cons) in pairs.items():
-            a = chance_corrected_agreement(mine, cons)
-            if a is not None:
-                agreements[g] = a
-        return self.observe_batch(agreements)
+        return self.observe_batch(grade_agreements(grades, self.weights, self.consensus))
 
     def snapshot(self) -> dict[str, Any]:
         """JSON-able state, for stats and persistence."""
@@ -204,27 +180,55 @@ class GraderReliability:
     def from_snapshot(cls, data: Mapping[str, Any]) -> GraderReliability:
         known = {f.name for f in fields(cls)}
         config = {k: v for k, v in data.get("config", {}).items() if k in known}
-        return cls(
-            **config,
-            weights={k: float(v) for k, v in data.get("weights", {}).items()},
-            quarantined=set(data.get("quarantined", [])),
-            observations={k: int(v) for k, v in data.get("observations", {}).items()},
-            probation=set(data.get("probation", [])),
-            last_agreement={k: float(v) for k, v in data.get("last_agreement", {}).items()},
-        )
+        return cls(**config).restore(data)
+
+    def restore(self, data: Mapping[str, Any]) -> GraderReliability:
+        """Take the learnt state (not the configuration) of a ``snapshot``, in place; returns self."""
+        self.weights = {k: float(v) for k, v in data.get("weights", {}).items()}
+        self.quarantined = set(data.get("quarantined", []))
+        self.observations = {k: int(v) for k, v in data.get("observations", {}).items()}
+        self.probation = set(data.get("probation", []))
+        self.last_agreement = {k: float(v) for k, v in data.get("last_agreement", {}).items()}
+        return self
 
 
-def peer_votes_reliability_update(
-    reliability: GraderReliability, pseudo_labels: Mapping[str, Sequence[str | None]]
+def grade_agreements(
+    grades: Sequence[Mapping[str, float]],
+    weights: Mapping[str, float],
+    consensus: Literal["median", "mean"] = "median",
 ) -> dict[str, float]:
+    """Each grader's chance-corrected agreement with the leave-one-out consensus of the other graders
+    (weighted by ``weights``) over the responses of one batch. The order of responses does not
+    matter; quarantined graders count at their (floor-bounded) weight, so a cohort that is all
+    quarantined can earn its way back. Graders with fewer than two comparable responses are absent."""
+    pairs: dict[str, tuple[list[float], list[float]]] = {}
+    for by_grader in grades:
+        scored = [(g, float(s), float(weights.get(g, 0.0))) for g, s in by_grader.items()]
+        for g, s, _ in scored:
+            others = [(t, w) for h, t, w in scored if h != g and w > 0.0]
+            if not others:
+                continue
+            mine, cons = pairs.setdefault(g, ([], []))
+            mine.append(s)
+            if consensus == "mean":
+                cons.append(sum(t * w for t, w in others) / sum(w for _, w in others))
+            else:
+                cons.append(weighted_median(sorted(others)))
+    agreements = {}
+    for g, (mine, cons) in pairs.items():
+        a = chance_corrected_agreement(mine, cons)
+        if a is not None:
+            agreements[g] = a
+    return agreements
+
+
+def peer_vote_agreements(pseudo_labels: Mapping[str, Sequence[str | None]]) -> dict[str, float]:
     """Vote modes: each member's agreement with the leave-one-out plurality of the others' labels.
 
     Agreement is the fraction of prompts where both the member and the others have a label and
     the two are equal (abstaining is not disagreeing: early in training most samples do not
-    parse). It goes through ``reliability.observe_batch`` (relative to the best member) and the
-    agreement used is returned; pass ``reliability.effective_weights()`` as the ``reliability``
-    argument of ``compute_rewards(mode="peer_agreement")``. With 2 members both get the same value.
-    """
+    parse). Feed it to ``GraderReliability.observe_batch`` (relative to the best member); with 2
+    members both get the same value."""
     members = list(pseudo_labels)
     agreements: dict[str, float] = {}
     for m in members:
@@ -242,4 +246,11 @@ def peer_votes_reliability_update(
             hits += int(own == loo)
         if total:
             agreements[m] = hits / total
-    return reliability.observe_batch(agreements)
+    return agreements
+
+
+def peer_votes_reliability_update(
+    reliability: GraderReliability, pseudo_labels: Mapping[str, Sequence[str | None]]
+) -> dict[str, float]:
+    """``peer_vote_agreements`` then one ``observe_batch`` step; returns the agreement used."""
+    return reliability.observe_batch(peer_vote_agreements(pseudo_labels))

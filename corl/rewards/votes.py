@@ -15,10 +15,6 @@ from typing import Literal
 Answers = Mapping[str, Sequence[Sequence[str | None]]]
 """member -> [prompt][sample] canonical answers; ``None`` marks an unparseable sample."""
 
-RewardMode = Literal["peer_label", "peer_agreement", "self_vote", "ground_truth", "none"]
-VOTE_MODES: tuple[str, ...] = ("peer_label", "peer_agreement", "self_vote", "ground_truth", "none")
-PEER_MODES: tuple[str, ...] = ("peer_label", "peer_agreement")
-
 
 @dataclass(frozen=True)
 class RewardOutcome:
@@ -118,6 +114,86 @@ def _agreement_rewards(
     return rewards
 
 
+@dataclass(frozen=True)
+class RewardInputs:
+    """Everything a reward function may read about one round. ``dataset_answers`` is filled only for
+    modes that use labels (``REWARD_MODES[mode].uses_labels``); ``grades`` only for judged modes."""
+
+    answers: Answers  # every member present this round (frozen ones vote too)
+    members: Sequence[str]  # who gets rewards
+    threshold: float = 0.0
+    topology: Literal["all", "ring"] = "all"
+    order: Sequence[str] | None = None
+    reliability: Mapping[str, float] | None = None
+    dataset_answers: Sequence[str | None] | None = None
+    grades: Mapping[str, Sequence[Sequence[Mapping[str, float]]]] | None = None
+    judge_combine: str = "mean"
+    judge_trim: float = 0.2
+
+    @property
+    def n_prompts(self) -> int:
+        return _check_shapes(self.answers, self.members)
+
+    def pseudo(self) -> dict[str, list[str | None]]:
+        return {m: [pseudo_label(s, self.threshold) for s in self.answers[m]] for m in self.answers}
+
+
+def _outcome(inp: RewardInputs, rewards: dict, labels: dict, pseudo: dict | None = None) -> RewardOutcome:
+    return RewardOutcome(rewards=rewards, labels=labels, pseudo_labels=pseudo if pseudo is not None else inp.pseudo())
+
+
+def peer_label_rewards(inp: RewardInputs) -> RewardOutcome:
+    """Co-RL: 1 if the sample equals the peers' label (plurality of the supervisors' pseudo-labels,
+    ties discarded), else 0; a prompt without a label gives 0 to all its samples."""
+    n, pseudo = inp.n_prompts, inp.pseudo()
+    labels = {
+        m: _peer_labels(pseudo, supervisors(m, list(inp.answers), inp.topology, inp.order), n) for m in inp.members
+    }
+    rewards = {m: [_match(s, lab) for s, lab in zip(inp.answers[m], labels[m], strict=True)] for m in inp.members}
+    return _outcome(inp, rewards, labels, pseudo)
+
+
+def peer_agreement_rewards(inp: RewardInputs) -> RewardOutcome:
+    """Reliability-weighted fraction of the supervisors' samples (invalid ones count in the
+    denominator) that equal this sample. ``labels`` holds the peer_label labels as a diagnostic."""
+    n, pseudo, present = inp.n_prompts, inp.pseudo(), list(inp.answers)
+    labels, rewards = {}, {}
+    for m in inp.members:
+        sups = supervisors(m, present, inp.topology, inp.order)
+        labels[m] = _peer_labels(pseudo, sups, n)
+        rewards[m] = _agreement_rewards(inp.answers, m, sups, inp.reliability)
+    return _outcome(inp, rewards, labels, pseudo)
+
+
+def self_vote_rewards(inp: RewardInputs) -> RewardOutcome:
+    """Baseline (TTRL-style, collapses): 1 if the sample equals the member's own pseudo-label."""
+    _check_shapes(inp.answers, inp.members)
+    pseudo = inp.pseudo()
+    labels = {m: list(pseudo[m]) for m in inp.members}
+    rewards = {m: [_match(s, lab) for s, lab in zip(inp.answers[m], pseudo[m], strict=True)] for m in inp.members}
+    return _outcome(inp, rewards, labels, pseudo)
+
+
+def ground_truth_rewards(inp: RewardInputs) -> RewardOutcome:
+    """Upper bound for experiments only: 1 if the sample equals the data set's answer."""
+    n = inp.n_prompts
+    if inp.dataset_answers is None:
+        raise ValueError("ground_truth mode needs dataset_answers (the data set has no answers?)")
+    if len(inp.dataset_answers) != n:
+        raise ValueError(f"dataset_answers has {len(inp.dataset_answers)} entries for {n} prompts")
+    truth = list(inp.dataset_answers)
+    labels = dict.fromkeys(inp.members, truth)
+    rewards = {m: [_match(s, t) for s, t in zip(inp.answers[m], truth, strict=True)] for m in inp.members}
+    return _outcome(inp, rewards, labels)
+
+
+def no_rewards(inp: RewardInputs) -> RewardOutcome:
+    """Control: every reward is 0 (no training signal)."""
+    n = inp.n_prompts
+    labels: dict[str, list[str | None]] = {m: [None] * n for m in inp.members}
+    return _outcome(inp, {m: [[0.0] * len(s) for s in inp.answers[m]] for m in inp.members}, labels)
+
+
 def compute_rewards(
     mode: str,
     answers: Answers,
@@ -129,56 +205,24 @@ def compute_rewards(
     reliability: Mapping[str, float] | None = None,
     dataset_answers: Sequence[str | None] | None = None,
 ) -> RewardOutcome:
-    """Per-sample rewards for ``members`` from one round of answers.
+    """Per-sample rewards for ``members`` (default: every member in ``answers``) from one round of
+    answers, by a vote mode of ``corl.rewards.modes.REWARD_MODES``. Every member in ``answers``
+    votes (frozen members too). ``reliability`` (member -> weight, default 1.0) weighs
+    ``peer_agreement`` votes. ``dataset_answers`` reaches only modes that use labels."""
+    from .modes import REWARD_MODES
 
-    Every member in ``answers`` votes (frozen members too); only ``members`` (default: all) get
-    rewards. Modes:
-
-    - ``peer_label``: 1 if the sample equals the peers' label (plurality of the supervisors'
-      pseudo-labels, ties discarded), else 0; no label gives 0 to every sample of the prompt.
-    - ``peer_agreement``: reliability-weighted fraction of the supervisors' samples (invalid
-      ones included in the denominator) that equal this sample. ``labels`` then holds the
-      peer_label labels as a diagnostic; they do not enter the reward.
-    - ``self_vote`` (baseline): 1 if the sample equals the member's own pseudo-label.
-    - ``ground_truth`` (upper bound): 1 if the sample equals ``dataset_answers[prompt]``.
-    - ``none``: all zeros.
-
-    ``reliability`` (member -> weight, default 1.0) only weighs ``peer_agreement`` votes.
-    ``dataset_answers`` is read only in ``ground_truth`` mode.
-    """
-    if mode not in VOTE_MODES:
+    spec = REWARD_MODES.get(mode)  # type: ignore[call-overload]
+    if spec is None or spec.judged:
         hint = "; peer_judge rewards come from judge_rewards()" if mode == "peer_judge" else ""
-        raise ValueError(f"unknown vote reward mode {mode!r}; expected one of {VOTE_MODES}{hint}")
-    present = list(answers)
-    targets = list(members) if members is not None else present
-    n_prompts = _check_shapes(answers, targets)
-    pseudo = {m: [pseudo_label(s, threshold) for s in answers[m]] for m in present}
-
-    rewards: dict[str, list[list[float]]] = {}
-    labels: dict[str, list[str | None]] = {}
-    if mode == "ground_truth":
-        if dataset_answers is None:
-            raise ValueError("ground_truth mode needs dataset_answers (the data set has no answers?)")
-        if len(dataset_answers) != n_prompts:
-            raise ValueError(f"dataset_answers has {len(dataset_answers)} entries for {n_prompts} prompts")
-        truth = list(dataset_answers)
-        for m in targets:
-            labels[m] = truth
-            rewards[m] = [_match(s, t) for s, t in zip(answers[m], truth, strict=True)]
-    elif mode == "none":
-        for m in targets:
-            labels[m] = [None] * n_prompts
-            rewards[m] = [[0.0] * len(s) for s in answers[m]]
-    elif mode == "self_vote":
-        for m in targets:
-            labels[m] = list(pseudo[m])
-            rewards[m] = [_match(s, lab) for s, lab in zip(answers[m], pseudo[m], strict=True)]
-    else:
-        for m in targets:
-            sups = supervisors(m, present, topology, order)
-            labels[m] = _peer_labels(pseudo, sups, n_prompts)
-            if mode == "peer_label":
-                rewards[m] = [_match(s, lab) for s, lab in zip(answers[m], labels[m], strict=True)]
-            else:
-                rewards[m] = _agreement_rewards(answers, m, sups, reliability)
-    return RewardOutcome(rewards=rewards, labels=labels, pseudo_labels={m: pseudo[m] for m in present})
+        vote = [m for m, s in REWARD_MODES.items() if not s.judged]
+        raise ValueError(f"unknown vote reward mode {mode!r}; expected one of {vote}{hint}")
+    inp = RewardInputs(
+        answers=answers,
+        members=list(members) if members is not None else list(answers),
+        threshold=threshold,
+        topology=topology,
+        order=order,
+        reliability=reliability,
+        dataset_answers=dataset_answers if spec.uses_labels else None,
+    )
+    return spec.fn(inp)

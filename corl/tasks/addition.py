@@ -13,6 +13,7 @@ from .base import Example, Splits
 @dataclass(frozen=True)
 class AdditionTask:
     name: str = "addition"
+    max_tokens: int = 4  # a sum has at most 3 digits, then the end token
     n_warmup: int = 6000
     n_rl: int = 2000
     n_eval: int = 400

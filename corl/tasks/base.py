@@ -8,7 +8,7 @@ diagnostics only: nothing that computes a peer reward reads them.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -31,6 +31,11 @@ class Splits:
 
 class Task(Protocol):
     name: str
+    max_tokens: int  # default new tokens per sample (the cohort config's rounds.max_tokens overrides)
+
+    def splits(self, seed: int) -> Splits:
+        """The task's own disjoint seeded splits (generated tasks); data-backed tasks raise."""
+        ...
 
     @property
     def prompt_format(self) -> PromptFormat:
@@ -59,3 +64,12 @@ class Task(Protocol):
     def verdict_tokens(self) -> tuple[str, str]:
         """(correct, incorrect) verdict strings, each a single token of the member tokenizers."""
         ...
+
+
+def extract_all(task: Task, pairs: Sequence[tuple[str, str]]) -> list[str | None]:
+    """Canonical answers of many (prompt, completion) pairs: the task's batched ``extract_answers``
+    where it has one (a task that runs programs runs them concurrently), else one by one."""
+    batched = getattr(task, "extract_answers", None)
+    if callable(batched):
+        return list(batched(list(pairs)))
+    return [task.extract_answer(p, c) for p, c in pairs]

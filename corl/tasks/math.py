@@ -13,6 +13,7 @@ from .base import Example, Splits
 @dataclass(frozen=True)
 class MathTask:
     name: str = "math"
+    max_tokens: int = 512
     correct_token: str = "Yes"
     incorrect_token: str = "No"
 

@@ -10,12 +10,12 @@ import redis.asyncio as aioredis
 from fastapi import FastAPI
 
 from corl.config import CohortConfig, load_config
+from corl.proto import CONTRACT_VERSION
+from corl.services.http import install_edge
 
-from .errors import install_error_handlers
-from .limits import BodyLimitMiddleware
 from .metrics import AggregatorMetrics
 from .routes import router
-from .service import AggregatorService
+from .serving import AggregatorServing
 from .settings import AggregatorSettings
 
 
@@ -43,21 +43,21 @@ def create_app(
             socket_timeout=settings.redis_timeout_s,
             health_check_interval=30,
         )
-        service = AggregatorService(cfg, settings, redis, http, app.state.metrics)
+        serving = AggregatorServing(cfg, settings, redis, http, app.state.metrics)
         try:
-            await service.start(run_rounds=settings.autostart)
-            app.state.service = service
+            await serving.start(run_rounds=settings.autostart)
+            app.state.serving = serving
             yield
         finally:
-            app.state.service = None
-            await service.stop()
+            app.state.serving = None
+            await serving.stop()
             await http.aclose()
             await redis.aclose()
 
-    app = FastAPI(title="corl aggregator", version="1", lifespan=lifespan)
+    app = FastAPI(title="corl aggregator", version=CONTRACT_VERSION, lifespan=lifespan)
     app.state.metrics = AggregatorMetrics()
-    app.state.service = None
-    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.grading.max_body_bytes)
-    install_error_handlers(app)
+    app.state.admin_token = settings.admin_token.get_secret_value() if settings.admin_token else None
+    app.state.serving = None
     app.include_router(router)
+    install_edge(app, metrics=app.state.metrics.http, max_body_bytes=settings.grading.max_body_bytes)
     return app

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import hmac
 import json
 import secrets
 import time
@@ -23,8 +22,9 @@ import redis.asyncio as aioredis
 from corl import redis_keys as keys
 from corl.proto import GraderRegistered, GraderRegistration, GradingResults, GradingResultsAccepted, GradingTask
 from corl.rewards import GraderReliability
+from corl.services.errors import ConflictError, ForbiddenError, RateLimitedError, UnauthorizedError
+from corl.services.http import bearer_token
 
-from .errors import Conflict, Forbidden, RateLimited, Unauthorized
 from .metrics import AggregatorMetrics
 from .settings import GradingSettings
 
@@ -47,13 +47,6 @@ def token_hash(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-def bearer(authorization: str | None) -> str:
-    scheme, _, token = (authorization or "").partition(" ")
-    if scheme.lower() != "bearer" or not token.strip():
-        raise Unauthorized("missing bearer token")
-    return token.strip()
-
-
 @dataclass(frozen=True)
 class Grader:
     name: str
@@ -69,31 +62,24 @@ class GradingPool:
         settings: GradingSettings,
         metrics: AggregatorMetrics,
         reliability: GraderReliability,
-        admin_token: str | None,
         reserved: set[str] | None = None,
     ):
         self.redis, self.run, self.settings, self.metrics = redis, run, settings, metrics
         self.reliability = reliability
-        self._admin = admin_token
         self._reserved = reserved or set()  # member names: a member is graded as a peer, not as an agent
         self._requeue = redis.register_script(_REQUEUE)
 
     # --- registration and auth -----------------------------------------------------------------
 
-    def check_admin(self, authorization: str | None) -> None:
-        token = bearer(authorization)
-        if not self._admin or not hmac.compare_digest(token.encode(), self._admin.encode()):
-            raise Unauthorized("wrong admin token (or CORL_ADMIN_TOKEN is not set on the aggregator)")
-
     async def register(self, reg: GraderRegistration) -> GraderRegistered:
         if reg.name in self._reserved:
-            raise Conflict(f"{reg.name!r} is a cohort member's name", field="name")
+            raise ConflictError(f"{reg.name!r} is a cohort member's name", field="name")
         if await self.redis.hlen(keys.graders(self.run)) >= self.settings.max_graders:
-            raise Conflict(f"the pool is full ({self.settings.max_graders} graders)")
+            raise ConflictError(f"the pool is full ({self.settings.max_graders} graders)")
         token = secrets.token_urlsafe(32)
         record = json.dumps({"mode": reg.mode, "url": reg.url, "token_sha256": token_hash(token)})
         if not await self.redis.hsetnx(keys.graders(self.run), reg.name, record):
-            raise Conflict(f"grader {reg.name!r} is already registered", field="name")
+            raise ConflictError(f"grader {reg.name!r} is already registered", field="name")
         pipe = self.redis.pipeline(transaction=True)
         pipe.hset(keys.grader_tokens(self.run), token_hash(token), reg.name)
         pipe.hset(keys.graders_seen(self.run), reg.name, repr(time.time()))
@@ -103,9 +89,9 @@ class GradingPool:
 
     async def authenticate(self, authorization: str | None) -> str:
         """The grader's name for a bearer token; 401 when unknown. Also applies the rate limit."""
-        name = await self.redis.hget(keys.grader_tokens(self.run), token_hash(bearer(authorization)))
+        name = await self.redis.hget(keys.grader_tokens(self.run), token_hash(bearer_token(authorization)))
         if name is None:
-            raise Unauthorized("unknown grader token")
+            raise UnauthorizedError("unknown grader token")
         grader = _text(name)
         window = int(time.time() // 60)
         rate_key = keys.grader_rate(self.run, grader, window)
@@ -115,7 +101,7 @@ class GradingPool:
         pipe.hset(keys.graders_seen(self.run), grader, repr(time.time()))
         count, _, _ = await pipe.execute()
         if int(count) > self.settings.rate_limit_per_min:
-            raise RateLimited(f"grader {grader!r} exceeded {self.settings.rate_limit_per_min} requests per minute")
+            raise RateLimitedError(f"grader {grader!r} exceeded {self.settings.rate_limit_per_min} requests per minute")
         return grader
 
     async def names(self) -> list[str]:
@@ -217,7 +203,7 @@ class GradingPool:
         now = time.time()
         for r, (owner, _, _) in zip(body.results, metas, strict=True):
             if owner is not None and owner.decode() != grader:
-                raise Forbidden(f"task {r.task_id} is not leased to grader {grader!r}", field="results.task_id")
+                raise ForbiddenError(f"task {r.task_id} is not leased to grader {grader!r}", field="results.task_id")
         pipe = self.redis.pipeline(transaction=True)
         writes, late = [], 0
         for r, (owner, round_, deadline) in zip(body.results, metas, strict=True):

@@ -12,7 +12,8 @@ import time
 from collections.abc import Sequence
 
 from corl.config import CohortConfig
-from corl.proto import GradeItem, GradeRequest
+from corl.proto import GenerateResponse, GradeItem, GradeRequest
+from corl.tasks import Task
 
 from .grading_pool import Grader, GradingPool
 from .members import MemberClient, MemberError
@@ -35,14 +36,16 @@ def peer_graders(author: str, present: Sequence[str], k: int) -> list[str]:
 async def judge_round(
     round_: int,
     cfg: CohortConfig,
-    prompts: list[str],
-    texts: dict[str, list[list[str]]],
+    task: Task,
+    responses: dict[str, GenerateResponse],
     client: MemberClient,
     pool: GradingPool | None,
     settings: GradingSettings,
     metrics: AggregatorMetrics,
 ) -> Grades:
-    present = list(texts)
+    present = list(responses)
+    prompts = [pr.prompt for pr in next(iter(responses.values())).results]
+    texts = {a: [[s.text for s in pr.samples] for pr in resp.results] for a, resp in responses.items()}
     grades: Grades = {a: [[{} for _ in row] for row in texts[a]] for a in present}
     refs = [(a, p, s) for a in present for p, row in enumerate(texts[a]) for s in range(len(row))]
 
@@ -51,14 +54,15 @@ async def judge_round(
         for g in peer_graders(a, present, cfg.reward.judge.k):
             work[g].extend(r for r in refs if r[0] == a)
 
-    def items(rs: list[Ref]) -> list[GradeItem]:
-        return [GradeItem(prompt=prompts[p], response=texts[a][p][s]) for a, p, s in rs]
+    def request(rs: list[Ref]) -> GradeRequest:
+        items = [GradeItem(prompt=prompts[p], response=texts[a][p][s]) for a, p, s in rs]
+        return GradeRequest(items=items, task=task.name, mode="judge", format=task.prompt_format)
 
     async def member_grades(g: str) -> None:
         if not work[g]:
             return
         try:
-            resp = await client.grade(cfg.member(g).servers, GradeRequest(items=items(work[g]), mode="judge"))
+            resp = await client.grade(cfg.member(g).servers, request(work[g]))
         except MemberError as err:
             log.warning("round %d: member %s could not grade: %s", round_, g, err)
             return
@@ -74,7 +78,7 @@ async def judge_round(
         assert grader.url is not None
         try:
             resp = await asyncio.wait_for(
-                client.grade([grader.url], GradeRequest(items=items(ext_refs), mode="judge"), settings.push_timeout_s),
+                client.grade([grader.url], request(ext_refs), settings.push_timeout_s),
                 timeout=settings.push_timeout_s,
             )
         except (MemberError, TimeoutError) as err:

@@ -6,10 +6,14 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from corl.rewards import GraderReliability, RoundOutcome
+from corl.services.http import HttpMetrics
+
 
 class AggregatorMetrics:
     def __init__(self) -> None:
         r = self.registry = CollectorRegistry()
+        self.http = HttpMetrics("corl_aggregator", r)
         self.rounds = Counter(
             "corl_aggregator_rounds_total", "Rounds by outcome (ok, no_quorum, backpressure).", ["status"], registry=r
         )
@@ -53,6 +57,11 @@ class AggregatorMetrics:
             ["member"],
             registry=r,
         )
+        self.cohort_diversity = Gauge(
+            "corl_aggregator_cohort_diversity_ratio",
+            "Distinct pseudo-labels across members per prompt / members, last round (1: all differ).",
+            registry=r,
+        )
         self.collapse = Gauge(
             "corl_aggregator_collapse_alarm", "1 while a member's collapse alarm is raised.", ["member"], registry=r
         )
@@ -70,3 +79,22 @@ class AggregatorMetrics:
             ["grader"],
             registry=r,
         )
+
+    def observe(self, outcome: RoundOutcome, alarms: dict[str, bool]) -> None:
+        """The per-member gauges of one graded round."""
+        self.cohort_diversity.set(outcome.cohort_diversity)
+        for name, o in outcome.members.items():
+            d = o.diagnostics
+            self.mean_reward.labels(name).set(d.mean_reward)
+            self.label_rate.labels(name).set(d.label_rate)
+            self.distinct.labels(name).set(d.distinct_answers)
+            self.entropy.labels(name).set(d.answer_entropy)
+            self.response_tokens.labels(name).set(d.mean_response_tokens)
+            self.collapse.labels(name).set(int(alarms.get(name, False)))
+            if o.pseudo_label_accuracy is not None:
+                self.label_accuracy.labels(name).set(o.pseudo_label_accuracy)
+
+    def observe_graders(self, reliability: GraderReliability, limit: int) -> None:
+        for g in list(reliability.weights)[:limit]:
+            self.grader_weight.labels(g).set(reliability.weight(g))
+            self.quarantined.labels(g).set(int(g in reliability.quarantined))

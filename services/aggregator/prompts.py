@@ -19,9 +19,8 @@ from pydantic import ValidationError
 from corl import redis_keys as keys
 from corl.config import CohortConfig
 from corl.proto import PromptRecord
+from corl.services.errors import ConflictError
 from corl.tasks import Example, get_task
-
-from .errors import Conflict
 
 
 class PromptSource(Protocol):
@@ -83,7 +82,7 @@ def read_jsonl(path: str | Path) -> list[Example]:
 def build_prompt_source(cfg: CohortConfig, redis: aioredis.Redis) -> PromptSource:
     src = cfg.rounds.prompt_source
     if src.kind == "task":
-        splits = get_task(cfg.task).splits(src.seed)
+        splits = get_task(cfg.task.name).splits(src.seed)
         return CyclicSource("task", splits.rl if src.split == "rl" else splits.eval)
     if src.kind == "jsonl":
         assert src.path is not None  # checked by the config
@@ -93,5 +92,5 @@ def build_prompt_source(cfg: CohortConfig, redis: aioredis.Redis) -> PromptSourc
 
 def posted_source(source: PromptSource) -> PostedSource:
     if not isinstance(source, PostedSource):
-        raise Conflict(f"this run reads prompts from its {source.kind!r} source, not from POST /v1/prompts")
+        raise ConflictError(f"this run reads prompts from its {source.kind!r} source, not from POST /v1/prompts")
     return source

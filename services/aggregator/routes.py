@@ -1,10 +1,10 @@
-"""HTTP routes: thin, versioned; the work happens in ``service.AggregatorService``."""
+"""HTTP routes: thin, versioned; each one call into ``serving.AggregatorServing``."""
 
 from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Header, Query, Request, Response
+from fastapi import APIRouter, Depends, Query, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from corl.proto import (
@@ -18,29 +18,30 @@ from corl.proto import (
     PromptsPost,
     RunStats,
 )
+from corl.services.errors import UnavailableError
+from corl.services.http import Authorization, require_admin
 
-from .errors import Unavailable
-from .service import AggregatorService
+from .serving import AggregatorServing
 
 router = APIRouter()
 
 
-def get_service(request: Request) -> AggregatorService:
-    service: AggregatorService | None = getattr(request.app.state, "service", None)
-    if service is None:
-        raise Unavailable("the aggregator is starting")
-    return service
+async def get_serving(request: Request) -> AggregatorServing:
+    serving: AggregatorServing | None = getattr(request.app.state, "serving", None)
+    if serving is None:
+        raise UnavailableError("the aggregator is starting")
+    return serving
 
 
-Service = Annotated[AggregatorService, Depends(get_service)]
-Authorization = Annotated[str | None, Header()]
+Serving = Annotated[AggregatorServing, Depends(get_serving)]
 
 
-async def current_grader(service: Service, authorization: Authorization = None) -> str:
-    return await service.pool.authenticate(authorization)
+async def current_grader(serving: Serving, authorization: Authorization = None) -> str:
+    return await serving.authenticate_grader(authorization)
 
 
-GraderName = Annotated[str, Depends(current_grader)]
+Grader = Annotated[str, Depends(current_grader)]
+Admin = [Depends(require_admin)]
 
 
 @router.get("/healthz")
@@ -49,42 +50,40 @@ async def healthz() -> HealthResponse:
 
 
 @router.get("/readyz")
-async def readyz(service: Service) -> HealthResponse:
+async def readyz(serving: Serving) -> HealthResponse:
     return HealthResponse()
 
 
 @router.get("/metrics")
-async def metrics(service: Service) -> Response:
-    return Response(generate_latest(service.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+async def metrics(serving: Serving) -> Response:
+    return Response(generate_latest(serving.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
 
 @router.get("/v1/runs/{run}/stats")
-async def run_stats(service: Service, run: str, last: Annotated[int | None, Query(ge=1)] = None) -> RunStats:
-    return await service.stats(run, last)
+async def run_stats(serving: Serving, run: str, last: Annotated[int | None, Query(ge=1)] = None) -> RunStats:
+    return await serving.stats(run, last)
 
 
-@router.post("/v1/prompts")
-async def post_prompts(service: Service, body: PromptsPost, authorization: Authorization = None) -> PromptsAccepted:
-    return await service.post_prompts(authorization, body)
+@router.post("/v1/prompts", dependencies=Admin)
+async def post_prompts(serving: Serving, body: PromptsPost) -> PromptsAccepted:
+    return await serving.post_prompts(body)
 
 
-@router.post("/v1/graders", status_code=201)
-async def register_grader(
-    service: Service, body: GraderRegistration, authorization: Authorization = None
-) -> GraderRegistered:
-    return await service.register_grader(authorization, body)
+@router.post("/v1/graders", status_code=201, dependencies=Admin)
+async def register_grader(serving: Serving, body: GraderRegistration) -> GraderRegistered:
+    return await serving.register_grader(body)
 
 
 @router.get("/v1/grading/tasks")
 async def grading_tasks(
-    service: Service,
-    grader: GraderName,
+    serving: Serving,
+    grader: Grader,
     max_tasks: Annotated[int, Query(alias="max", ge=1)] = 16,
     wait: Annotated[float, Query(ge=0)] = 0.0,
 ) -> GradingTasks:
-    return GradingTasks(tasks=await service.pool.lease(grader, max_tasks, wait))
+    return await serving.grading_tasks(grader, max_tasks, wait)
 
 
 @router.post("/v1/grading/results")
-async def grading_results(service: Service, grader: GraderName, body: GradingResults) -> GradingResultsAccepted:
-    return await service.pool.submit(grader, body)
+async def grading_results(serving: Serving, grader: Grader, body: GradingResults) -> GradingResultsAccepted:
+    return await serving.grading_results(grader, body)

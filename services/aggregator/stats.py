@@ -1,63 +1,45 @@
-"""Per-round diagnostics (computed with ``corl.rewards`` math) and the run's stats view.
+"""The run's statistics: one ``RoundStats`` per committed round, and the ``RunStats`` view.
 
-Dataset answers meet labels here only, to log pseudo-label accuracy; nothing here feeds rewards.
+Dataset answers meet labels only in ``pseudo_label_accuracy``, a diagnostic; nothing here feeds rewards.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
-from corl.proto import BatchDiagnostics, MemberRoundStats, RoundStats, RunStats
-from corl.rewards import answer_stats, label_accuracy
-
-
-def member_diagnostics(
-    answers: Sequence[Sequence[str | None]],
-    rewards: Sequence[Sequence[float]],
-    labels: Sequence[str | None],
-    response_tokens: int,
-) -> tuple[BatchDiagnostics, float]:
-    """A member's batch diagnostics and its distinct-answer rate (distinct / G, the collapse signal)."""
-    n_samples = sum(len(r) for r in rewards) or 1
-    distinct = entropy = rate = 0.0
-    for samples in answers:
-        d, h = answer_stats(samples)
-        distinct += d
-        entropy += h
-        rate += d / len(samples) if samples else 0.0
-    n_prompts = len(answers) or 1
-    diag = BatchDiagnostics(
-        mean_reward=sum(map(sum, rewards)) / n_samples,
-        label_rate=sum(1 for lab in labels if lab is not None) / (len(labels) or 1),
-        distinct_answers=distinct / n_prompts,
-        answer_entropy=entropy / n_prompts,
-        mean_response_tokens=response_tokens / n_samples,
-    )
-    return diag, rate / n_prompts
+from corl.proto import MemberRoundStats, RoundStats, RunStats
+from corl.rewards import GraderReliability, RoundOutcome
 
 
-def member_round_stats(
-    diag: BatchDiagnostics,
-    pseudo_labels: Sequence[str | None],
-    dataset_answers: Sequence[str | None],
-    written: bool,
-) -> MemberRoundStats:
-    return MemberRoundStats(
-        **diag.model_dump(),
-        pseudo_label_accuracy=label_accuracy(pseudo_labels, dataset_answers),
-        batch_written=written,
+def round_stats(
+    round_: int, now: float, outcome: RoundOutcome, missing: Sequence[str], written: Collection[str]
+) -> RoundStats:
+    members = {
+        name: MemberRoundStats(
+            **o.diagnostics.model_dump(),
+            pseudo_label_accuracy=o.pseudo_label_accuracy,
+            batch_written=name in written,
+        )
+        for name, o in outcome.members.items()
+    }
+    return RoundStats(
+        round=round_,
+        created_at=now,
+        members=members,
+        missing=list(missing),
+        agreement=outcome.agreement,
+        cohort_diversity=outcome.cohort_diversity,
     )
 
 
 def run_stats(
-    run_id: str, next_round: int, rounds_json: list[str], learnt: dict[str, dict], collapse: list[str]
+    run_id: str, next_round: int, rounds_json: list[str], reliability: GraderReliability, collapse: Collection[str]
 ) -> RunStats:
-    rel = learnt.get("reliability", {})
     return RunStats(
         run_id=run_id,
         next_round=next_round,
         rounds=[RoundStats.model_validate_json(r) for r in rounds_json],
-        grader_weights={g: float(w) for g, w in rel.get("effective_weights", {}).items()},
-        quarantined=list(rel.get("quarantined", [])),
+        grader_weights=reliability.effective_weights(),
+        quarantined=sorted(reliability.quarantined),
         collapse=sorted(collapse),
     )

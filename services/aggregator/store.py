@@ -18,6 +18,8 @@ from redis.exceptions import ResponseError
 from corl import redis_keys as keys
 from corl.streams import as_str, find_group
 
+from .batches import batch_id
+
 _COMMIT = """
 local nr = tonumber(redis.call('HGET', KEYS[1], 'next_round') or '0')
 if nr ~= tonumber(ARGV[1]) then return -1 end
@@ -119,8 +121,3 @@ class RoundStore:
     async def recent_stats(self, n: int) -> list[str]:
         entries: Any = await self.redis.xrevrange(self._stats, count=n)
         return [fields[b"stats"].decode() for _, fields in reversed(entries)]
-
-
-def batch_id(run: str, round_: int, member: str) -> str:
-    """Deterministic: the same (run, round, member) always names the same batch."""
-    return f"{run}-r{round_:07d}-{member}"

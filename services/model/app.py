@@ -9,13 +9,12 @@ from collections.abc import AsyncIterator
 
 from fastapi import FastAPI
 
-from corl.tasks import get_task
+from corl.proto import CONTRACT_VERSION
+from corl.services.http import install_edge
 
 from .backends import create_backend
 from .backends.base import Backend
-from .handlers import install_error_handlers
 from .metrics import ServerMetrics
-from .middleware import BodySizeLimitMiddleware, MetricsMiddleware
 from .routes import router
 from .serving import ModelServing
 from .settings import ServerSettings
@@ -46,7 +45,7 @@ def _build_backend(settings: ServerSettings) -> Backend:
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     settings: ServerSettings = app.state.settings
     backend = app.state.backend_override or _build_backend(settings)
-    serving = ModelServing(settings, backend, get_task(settings.task), app.state.metrics)
+    serving = ModelServing(settings, backend, app.state.metrics)
     app.state.serving = serving
     # Load in the background: /healthz answers at once and /readyz says 503 until the model is in.
     loading = asyncio.create_task(serving.start(), name="corl-model-load")
@@ -66,16 +65,15 @@ def create_app(settings: ServerSettings | None = None, backend: Backend | None =
     settings = settings or ServerSettings()
     app = FastAPI(
         title="corl model server",
-        version="1",
+        version=CONTRACT_VERSION,
         summary="One cohort member: sampling with log-probs, peer grading, hot weight swaps.",
         lifespan=lifespan,
     )
     app.state.settings = settings
+    app.state.admin_token = settings.admin_token.get_secret_value() if settings.admin_token else None
     app.state.metrics = ServerMetrics()
     app.state.backend_override = backend
     app.state.serving = None
-    install_error_handlers(app)
     app.include_router(router)
-    app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_body_bytes)
-    app.add_middleware(MetricsMiddleware, metrics=app.state.metrics)
+    install_edge(app, metrics=app.state.metrics.http, max_body_bytes=settings.max_body_bytes)
     return app

@@ -38,8 +38,10 @@ class _Pending:
         p = self.params
         if p.seed is not None:
             return id(self)
-        # Greedy decoding ignores top_p: all greedy requests of one length merge.
-        return (p.n, p.max_tokens, 0.0, 1.0) if p.temperature == 0 else (p.n, p.max_tokens, p.temperature, p.top_p)
+        # Greedy decoding ignores top_p: all greedy requests of one length and stop set merge.
+        if p.temperature == 0:
+            return (p.n, p.max_tokens, 0.0, 1.0, p.stop)
+        return (p.n, p.max_tokens, p.temperature, p.top_p, p.stop)
 
     @property
     def sequences(self) -> int:

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-_LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+from corl.services.http import HttpMetrics
+
 _BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 
 
@@ -14,16 +15,7 @@ class ServerMetrics:
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         r = self.registry = registry or CollectorRegistry()
-        self.requests = Counter(
-            "corl_server_requests", "HTTP requests by route and status.", ["route", "status"], registry=r
-        )
-        self.request_duration = Histogram(
-            "corl_server_request_duration_seconds",
-            "HTTP request latency by route and status.",
-            ["route", "status"],
-            buckets=_LATENCY_BUCKETS,
-            registry=r,
-        )
+        self.http = HttpMetrics("corl_server", r)
         self.generated_tokens = Counter(
             "corl_server_generated_tokens", "Tokens sampled (generate and vote grading).", registry=r
         )

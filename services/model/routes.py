@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import secrets
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Header, Request, Response
+from fastapi import APIRouter, Depends, Request, Response
 from pydantic import BaseModel
 
 from corl.proto import (
@@ -20,18 +19,14 @@ from corl.proto import (
     WeightUpdateRequest,
     WeightUpdateResponse,
 )
+from corl.services.errors import UnavailableError
+from corl.services.http import require_admin
 
-from .errors import UnauthorizedError, UnavailableError
 from .metrics import ServerMetrics
 from .serving import ModelServing
-from .settings import ServerSettings
 
 
 # Dependencies are ``async def``: FastAPI would run a plain ``def`` in a worker thread, a thread hop per request.
-async def get_settings(request: Request) -> ServerSettings:
-    return request.app.state.settings  # type: ignore[no-any-return]
-
-
 async def get_metrics(request: Request) -> ServerMetrics:
     return request.app.state.metrics  # type: ignore[no-any-return]
 
@@ -41,18 +36,6 @@ async def get_serving(request: Request) -> ModelServing:
     if serving is None:
         raise UnavailableError("server is starting")
     return serving  # type: ignore[no-any-return]
-
-
-async def require_admin(
-    settings: Annotated[ServerSettings, Depends(get_settings)],
-    authorization: Annotated[str | None, Header()] = None,
-) -> None:
-    token = settings.admin_token.get_secret_value() if settings.admin_token else ""
-    if not token:
-        raise UnauthorizedError("weight updates are disabled: CORL_ADMIN_TOKEN is not set on this server")
-    scheme, _, given = (authorization or "").partition(" ")
-    if scheme.lower() != "bearer" or not secrets.compare_digest(given.encode(), token.encode()):
-        raise UnauthorizedError("missing or wrong bearer token")
 
 
 Serving = Annotated[ModelServing, Depends(get_serving)]

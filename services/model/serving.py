@@ -17,15 +17,17 @@ from corl.proto import (
     GradeRequest,
     GradeResponse,
     InfoResponse,
+    PromptFormat,
     WeightUpdateRequest,
     WeightUpdateResponse,
 )
-from corl.tasks import Task
+from corl.services.errors import InvalidInputError, ServiceError, UnavailableError
+from corl.tasks import Task, get_task
 
-from .backends.base import Backend, BackendError, GenerateOutput, SamplingParams
+from .backends.base import Backend, BackendError, GenerateOutput, SamplingParams, StaleVersionError, WeightLoadError
 from .batching import GenerateBatcher
-from .errors import InvalidInputError, StaleVersionError, UnavailableError, WeightLoadError
 from .metrics import ServerMetrics
+from .rendering import PromptRenderer
 from .settings import ServerSettings
 
 log = logging.getLogger(__name__)
@@ -33,14 +35,15 @@ T = TypeVar("T")
 
 
 class ModelServing:
-    def __init__(self, settings: ServerSettings, backend: Backend, task: Task, metrics: ServerMetrics) -> None:
+    def __init__(self, settings: ServerSettings, backend: Backend, metrics: ServerMetrics) -> None:
         self.settings = settings
         self.backend = backend
-        self.task = task
         self.metrics = metrics
         self._ready = asyncio.Event()
         self._swap_lock = asyncio.Lock()
         self._batcher: GenerateBatcher | None = None
+        self._renderer: PromptRenderer | None = None
+        self._tasks: dict[str, Task] = {}
         self.start_error: BaseException | None = None
 
     # --- lifecycle ----------------------------------------------------------------------------
@@ -51,6 +54,7 @@ class ModelServing:
     async def start(self) -> None:
         try:
             await self.backend.start()
+            self._renderer = PromptRenderer(self.backend.tokenizer)
         except Exception as err:
             self.start_error = err
             log.exception("backend failed to start")
@@ -92,9 +96,7 @@ class ModelServing:
                 return await work
         except TimeoutError:
             raise UnavailableError(f"{what} took longer than {timeout:.0f}s") from None
-        except BackendError:
-            raise
-        except (InvalidInputError, WeightLoadError, StaleVersionError):
+        except ServiceError:
             raise
         except Exception as err:  # noqa: BLE001 - an engine failure is the server's, not the caller's
             log.exception("backend %s failed", what)
@@ -106,38 +108,58 @@ class ModelServing:
         self.metrics.generated_tokens.inc(sum(len(c.token_ids) for o in out.outputs for c in o.completions))
         return out
 
-    # --- bounds -------------------------------------------------------------------------------
+    # --- bounds and rendering -----------------------------------------------------------------
     def _check_count(self, count: int, field: str) -> None:
         if count > self.settings.max_prompts:
             raise InvalidInputError(
-                field, f"{field}: {count} entries, this server allows at most {self.settings.max_prompts}"
+                f"{field}: {count} entries, this server allows at most {self.settings.max_prompts}", field
             )
 
     def _check_n(self, n: int, field: str) -> None:
         if n > self.settings.max_n:
-            raise InvalidInputError(field, f"{field}={n} exceeds this server's bound {self.settings.max_n}")
+            raise InvalidInputError(f"{field}={n} exceeds this server's bound {self.settings.max_n}", field)
 
-    def _check_length(self, prompts: Sequence[str], max_tokens: int, field: str) -> None:
-        i = self.backend.too_long(prompts, max_tokens)
+    def _check_max_tokens(self, max_tokens: int, field: str) -> None:
+        if max_tokens > self.settings.max_tokens:
+            raise InvalidInputError(
+                f"{field}={max_tokens} exceeds this server's bound {self.settings.max_tokens}", field
+            )
+
+    def _render(self, prompts: Sequence[str], fmt: PromptFormat, max_tokens: int, field: str) -> list[str]:
+        """The member's rendering of each prompt, checked against its context length."""
+        assert self._renderer is not None
+        texts = self._renderer.render_all(prompts, fmt)
+        i = self.backend.too_long(texts, max_tokens)
         if i is not None:
             raise InvalidInputError(
-                f"{field}.{i}", f"{field}[{i}] plus {max_tokens} new tokens exceeds the model's context"
+                f"{field}[{i}] plus {max_tokens} new tokens exceeds the model's context", f"{field}.{i}"
             )
+        return texts
+
+    def _task(self, name: str) -> Task:
+        if name not in self._tasks:
+            try:
+                self._tasks[name] = get_task(name)
+            except ValueError as err:
+                raise InvalidInputError(str(err), "task") from None
+        return self._tasks[name]
 
     # --- endpoints ----------------------------------------------------------------------------
     async def generate(self, req: GenerateRequest) -> GenerateResponse:
         self._check_count(len(req.prompts), "prompts")
         self._check_n(req.n, "n")
-        if req.max_tokens > self.settings.max_tokens:
-            raise InvalidInputError(
-                "max_tokens", f"max_tokens={req.max_tokens} exceeds this server's bound {self.settings.max_tokens}"
-            )
+        self._check_max_tokens(req.max_tokens, "max_tokens")
         self.require_ready()
-        self._check_length(req.prompts, req.max_tokens, "prompts")
+        texts = self._render(req.prompts, req.format, req.max_tokens, "prompts")
         params = SamplingParams(
-            n=req.n, max_tokens=req.max_tokens, temperature=req.temperature, top_p=req.top_p, seed=req.seed
+            n=req.n,
+            max_tokens=req.max_tokens,
+            temperature=req.temperature,
+            top_p=req.top_p,
+            stop=tuple(req.stop),
+            seed=req.seed,
         )
-        out = await self._generate(req.prompts, params)
+        out = await self._generate(texts, params)
         # One validation pass over the backend's objects (read by attribute): half the cost of building
         # 128 Sample models one by one, which is as much as the HTTP round trip itself.
         return GenerateResponse.model_validate(
@@ -155,36 +177,43 @@ class ModelServing:
     async def grade(self, req: GradeRequest) -> GradeResponse:
         self._check_count(len(req.items), "items")
         self._check_n(req.n_votes, "n_votes")
+        task = self._task(req.task)
         self.require_ready()
         if req.mode == "vote":
-            version, scores = await self._vote(req)
+            version, scores = await self._vote(req, task)
         else:
-            version, scores = await self._judge(req)
+            version, scores = await self._judge(req, task)
         return GradeResponse(model=self.backend.name, weight_version=version, scores=scores)
 
-    async def _vote(self, req: GradeRequest) -> tuple[int, list[float]]:
+    async def _vote(self, req: GradeRequest, task: Task) -> tuple[int, list[float]]:
         """Score = fraction of the server's own ``n_votes`` answers that agree with the response's."""
+        sp = req.sampling
+        self._check_max_tokens(sp.max_tokens, "sampling.max_tokens")
         prompts = list(dict.fromkeys(item.prompt for item in req.items))  # each prompt sampled once
-        self._check_length(prompts, self.settings.vote_max_tokens, "items")
+        texts = self._render(prompts, req.format, sp.max_tokens, "items")
         params = SamplingParams(
-            n=req.n_votes, max_tokens=self.settings.vote_max_tokens, temperature=self.settings.vote_temperature
+            n=req.n_votes, max_tokens=sp.max_tokens, temperature=sp.temperature, top_p=sp.top_p, stop=tuple(sp.stop)
         )
-        out = await self._generate(prompts, params)
-        votes = {
-            p: [self.task.extract_answer(p, c.text) for c in o.completions]
-            for p, o in zip(prompts, out.outputs, strict=True)
-        }
-        scores = []
-        for item in req.items:
-            answer = self.task.extract_answer(item.prompt, item.response)
-            own = votes[item.prompt]
-            scores.append(0.0 if answer is None else sum(v == answer for v in own) / len(own))
-        return out.weight_version, scores
+        out = await self._generate(texts, params)
 
-    async def _judge(self, req: GradeRequest) -> tuple[int, list[float]]:
-        texts = [self.task.judge_prompt(item.prompt, item.response) for item in req.items]
-        self._check_length(texts, 1, "items")
-        correct, incorrect = self.task.verdict_tokens
+        def score() -> list[float]:  # answer extraction may run programs (code): off the event loop
+            votes = {
+                p: [task.extract_answer(p, c.text) for c in o.completions]
+                for p, o in zip(prompts, out.outputs, strict=True)
+            }
+            scores = []
+            for item in req.items:
+                answer = task.extract_answer(item.prompt, item.response)
+                own = votes[item.prompt]
+                scores.append(0.0 if answer is None else sum(v == answer for v in own) / len(own))
+            return scores
+
+        return out.weight_version, await asyncio.to_thread(score)
+
+    async def _judge(self, req: GradeRequest, task: Task) -> tuple[int, list[float]]:
+        judge_texts = [task.judge_prompt(item.prompt, item.response) for item in req.items]
+        texts = self._render(judge_texts, req.format, 1, "items")
+        correct, incorrect = task.verdict_tokens
         out = await self._bounded(
             self.backend.judge(texts, correct, incorrect), self.settings.request_timeout_s, "judge"
         )
@@ -194,20 +223,18 @@ class ModelServing:
         self.require_ready()
         async with self._swap_lock:
             previous = self.backend.weight_version
-            if req.version <= previous:
-                self.metrics.weight_updates.labels("conflict").inc()
-                raise StaleVersionError(f"version {req.version} is not newer than the serving version {previous}")
             try:
+                if req.version <= previous:
+                    raise StaleVersionError(f"version {req.version} is not newer than the serving version {previous}")
                 seconds = await self._bounded(
                     self.backend.load_weights(req.version, req.uri, req.format, req.sha256),
                     self.settings.swap_timeout_s,
                     "weight load",
                 )
-            except StaleVersionError:
-                self.metrics.weight_updates.labels("conflict").inc()
-                raise
-            except WeightLoadError:
-                self.metrics.weight_updates.labels("invalid").inc()
+            except (StaleVersionError, WeightLoadError) as err:
+                self.metrics.weight_updates.labels(
+                    "conflict" if isinstance(err, StaleVersionError) else "invalid"
+                ).inc()
                 raise
             except Exception:
                 self.metrics.weight_updates.labels("error").inc()
@@ -226,5 +253,6 @@ class ModelServing:
             parameters=b.parameters,
             weight_version=b.weight_version,
             backend=b.kind,
-            task=self.task.name,
+            chat_template=self._renderer.has_chat_template if self._renderer else False,
+            max_context=b.max_context,
         )

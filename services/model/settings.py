@@ -28,7 +28,6 @@ class ServerSettings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=0, le=65535)
     admin_token: SecretStr | None = Field(default=None, description="Bearer token for POST /v1/weights.")
-    task: str = Field(default="addition", description="Task whose answer extraction vote grading uses.")
     initial_weight_version: int = Field(default=0, ge=0)
     device: str = "auto"
     num_threads: int | None = Field(default=None, ge=1, description="torch intra-op threads (transformers).")
@@ -37,8 +36,6 @@ class ServerSettings(BaseSettings):
     max_n: int = Field(default=64, ge=1, description="Bound on n and n_votes.")
     max_tokens: int = Field(default=256, ge=1)
     max_body_bytes: int = Field(default=1 << 20, ge=1)
-    vote_max_tokens: int = Field(default=8, ge=1, description="Tokens per vote sample in vote grading.")
-    vote_temperature: float = Field(default=1.0, gt=0.0)
     request_timeout_s: float = Field(default=120.0, gt=0.0, description="Backend time limit per request (503).")
     swap_timeout_s: float = Field(default=600.0, gt=0.0)
     batch: BatchingSettings = BatchingSettings()

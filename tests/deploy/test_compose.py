@@ -193,8 +193,8 @@ def test_mounted_cohort_config_loads_and_matches_the_command(service: str) -> No
             assert option_value(server, "--model") == m.model
             assert option_value(server, "--port") == port
             assert option_value(server, "--host") == "0.0.0.0"
-            # Vote grading extracts answers with the task's extractor: it must be the run's task.
-            assert SERVICES[host]["environment"].get("CORL_TASK", "addition") == cfg.task
+            # The task is set once, in the cohort config: a server has no task setting of its own.
+            assert "CORL_TASK" not in SERVICES[host]["environment"]
 
 
 def test_prometheus_scrapes_every_service() -> None:

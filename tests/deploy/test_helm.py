@@ -261,7 +261,7 @@ def test_containers_point_at_the_right_redis_servers_config_and_secret(render: R
         assert arg(c, "--name") == m.name and arg(c, "--model") == m.model
         assert int(arg(c, "--port")) == c["ports"][0]["containerPort"] == port
         assert arg(c, "--host") == "0.0.0.0"
-        assert env_of(c)["CORL_TASK"] == cfg.task
+        assert "CORL_TASK" not in env_of(c)  # the task is set once, in the cohort config
 
     secret = (values or {}).get("auth", {}).get("existingSecret") or of(objs, "Secret", "auth")[0]["metadata"]["name"]
     key = (values or {}).get("auth", {}).get("adminTokenKey", "admin-token")

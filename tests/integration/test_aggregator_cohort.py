@@ -118,10 +118,10 @@ def test_three_rounds_with_real_model_servers(
         batches = [GradedBatch.model_validate_json(fields[b"batch"]) for _, fields in entries]
         assert [b.round for b in batches] == [0, 1, 2] and {b.member for b in batches} == {name}
         for b in batches:
-            assert len(b.samples) == 2 * 4 and b.batch_id == f"{run}-r{b.round:07d}-{name}"
-            for s in b.samples:
+            assert len(b.samples()) == 2 * 4 and b.batch_id == f"{run}-r{b.round:07d}-{name}"
+            for g, s in b.samples():
                 assert s.weight_version == 0 and 1 <= len(s.response_token_ids) <= 4
                 assert len(s.logprobs) == len(s.response_token_ids) and all(lp <= 0 for lp in s.logprobs)
-                assert s.prompt_token_ids and 0.0 <= s.reward <= 1.0
+                assert g.prompt_token_ids and 0.0 <= s.reward <= 1.0
         groups = r.xinfo_groups(keys.batches_stream(run, name))
         assert [g["name"] for g in groups] == [keys.TRAINER_GROUP.encode()]

@@ -222,7 +222,11 @@ def test_batch_without_signal_is_acked_without_update_or_publish(
 ) -> None:
     cfg = make_config(tmp_path, tiny_model_dir, redis_url, run_id)
     (batch,) = make_batches(tiny_model_dir, run_id, 1, prompts=3)
-    flat = batch.model_copy(update={"samples": [s.model_copy(update={"reward": 1.0}) for s in batch.samples]})
+    groups = [
+        g.model_copy(update={"samples": [s.model_copy(update={"reward": 1.0}) for s in g.samples]})
+        for g in batch.groups
+    ]
+    flat = batch.model_copy(update={"groups": groups})
     xadd(client, flat)
     trainer = _trainer(cfg)
     state = trainer.run(idle_exit_s=0.2)

@@ -3,14 +3,14 @@ graded batches made by really sampling from it, so token ids and log-probs are t
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import redis
 
 from corl import redis_keys
 from corl.config import CohortConfig, parse_config
-from corl.proto import BatchDiagnostics, GradedBatch, GradedSample
+from corl.proto import GradedBatch, SamplingSettings
+from corl.trainer.testing import batch_from_samples
 
 
 def make_config(
@@ -60,36 +60,17 @@ def make_batches(
     for b in range(n):
         texts = [PROMPTS[(b + i) % len(PROMPTS)] for i in range(prompts)]
         results = sample(model, tok, texts, n=group, max_tokens=4, temperature=1.0, seed=seed * 1000 + b)
-        samples = [
-            GradedSample(
-                sample_id=f"{run_id}-r{b}-p{p}-s{j}",
-                group_id=f"r{b}-p{p}",
-                prompt=texts[p],
-                prompt_token_ids=r.prompt_token_ids,
-                response=c.text,
-                response_token_ids=c.token_ids,
-                logprobs=c.logprobs,
-                finish_reason=c.finish_reason,
-                weight_version=version,  # type: ignore[arg-type]
-                reward=float(j % 2),
-            )
-            for p, r in enumerate(results)
-            for j, c in enumerate(r.completions)
-        ]
-        batches.append(
-            GradedBatch(
-                batch_id=f"{run_id}:{b}:{member}",
-                run_id=run_id,
-                round=b,
-                member=member,
-                reward_mode="peer_label",
-                created_at=time.time(),
-                samples=samples,
-                diagnostics=BatchDiagnostics(
-                    mean_reward=0.5, label_rate=1.0, distinct_answers=1.0, answer_entropy=0.0, mean_response_tokens=4.0
-                ),
-            )
+        batch = batch_from_samples(
+            results,
+            texts,
+            sampling=SamplingSettings(max_tokens=4),
+            run_id=run_id,
+            member=member,
+            round_=b,
+            version=version,
+            batch_id=f"{run_id}:{b}:{member}",
         )
+        batches.append(batch)
     return batches
 
 

@@ -49,7 +49,12 @@ class FakeReplica:
             return httpx.Response(
                 200,
                 json=InfoResponse(
-                    name="a", family="gpt2", parameters=1, backend="fake", weight_version=self.version, task="addition"
+                    name="a",
+                    family="gpt2",
+                    parameters=1,
+                    backend="fake",
+                    weight_version=self.version,
+                    chat_template=False,
                 ).model_dump(),
             )
         assert request.headers["authorization"] == "Bearer tok"

@@ -59,7 +59,7 @@ async def test_concurrent_requests_are_batched(client: httpx.AsyncClient, model_
 
 async def test_vote_grade_scores_in_unit_interval(client: httpx.AsyncClient) -> None:
     items = [{"prompt": "12+34=", "response": "46"}, {"prompt": "12+34=", "response": "no answer"}]
-    r = await client.post("/v1/grade", json={"items": items, "mode": "vote", "n_votes": 4})
+    r = await client.post("/v1/grade", json={"task": "addition", "items": items, "mode": "vote", "n_votes": 4})
     assert r.status_code == 200, r.text
     body = GradeResponse.model_validate(r.json())
     assert body.weight_version == 0 and len(body.scores) == 2
@@ -69,7 +69,9 @@ async def test_vote_grade_scores_in_unit_interval(client: httpx.AsyncClient) -> 
 async def test_judge_grade_is_normalised_verdict_probability(client: httpx.AsyncClient, model_app: FastAPI) -> None:
     import torch
 
-    r = await client.post("/v1/grade", json={"items": [{"prompt": "12+34=", "response": "46"}], "mode": "judge"})
+    r = await client.post(
+        "/v1/grade", json={"task": "addition", "items": [{"prompt": "12+34=", "response": "46"}], "mode": "judge"}
+    )
     assert r.status_code == 200, r.text
     score = r.json()["scores"][0]
     backend = model_app.state.serving.backend
@@ -83,7 +85,7 @@ async def test_judge_grade_is_normalised_verdict_probability(client: httpx.Async
 
 async def test_info_health_ready_metrics(client: httpx.AsyncClient) -> None:
     info = InfoResponse.model_validate((await client.get("/v1/info")).json())
-    assert (info.name, info.family, info.backend, info.task) == ("tiny", "gpt2", "transformers", "addition")
+    assert (info.name, info.family, info.backend, info.chat_template) == ("tiny", "gpt2", "transformers", False)
     assert info.parameters > 0 and info.weight_version == 0
     assert (await client.get("/healthz")).json() == {"status": "ok"}
     assert (await client.get("/readyz")).json() == {"status": "ready", "weight_version": 0}
@@ -108,11 +110,11 @@ BAD_INPUT = [
     ("/v1/generate", {**GEN, "temperature": -1}, "temperature"),
     ("/v1/generate", {**GEN, "top_p": 0}, "top_p"),
     ("/v1/generate", {"n": 2}, "prompts"),
-    ("/v1/grade", {"items": []}, "items"),
-    ("/v1/grade", {"items": [{"prompt": "1+1=", "response": "2"}], "mode": "guess"}, "mode"),
-    ("/v1/grade", {"items": [{"prompt": "1+1=", "response": "2"}], "n_votes": 17}, "n_votes"),
-    ("/v1/grade", {"items": [{"prompt": "1+1=", "response": "2", "x": 1}]}, "items.0.x"),
-    ("/v1/grade", {"items": [{"prompt": "1+1=", "response": "2"}] * 9}, "items"),
+    ("/v1/grade", {"task": "addition", "items": []}, "items"),
+    ("/v1/grade", {"task": "addition", "items": [{"prompt": "1+1=", "response": "2"}], "mode": "guess"}, "mode"),
+    ("/v1/grade", {"task": "addition", "items": [{"prompt": "1+1=", "response": "2"}], "n_votes": 17}, "n_votes"),
+    ("/v1/grade", {"task": "addition", "items": [{"prompt": "1+1=", "response": "2", "x": 1}]}, "items.0.x"),
+    ("/v1/grade", {"task": "addition", "items": [{"prompt": "1+1=", "response": "2"}] * 9}, "items"),
 ]
 
 
@@ -176,7 +178,7 @@ async def test_swap_changes_outputs_and_versions(
     after = (await client.post("/v1/generate", json=_greedy())).json()
     assert after["weight_version"] == 3
     assert after["results"][0]["samples"][0]["token_ids"] != before["results"][0]["samples"][0]["token_ids"]
-    judge = {"items": [{"prompt": "1+1=", "response": "2"}], "mode": "judge"}
+    judge = {"task": "addition", "items": [{"prompt": "1+1=", "response": "2"}], "mode": "judge"}
     graded = (await client.post("/v1/grade", json=judge)).json()
     assert graded["weight_version"] == 3
     reg = model_app.state.metrics.registry

@@ -28,13 +28,11 @@ class FakeBackend(Backend):
     kind = "fake"
 
     def __init__(self, answers: Sequence[str] = ("46",), *, fail: bool = False, hang: bool = False) -> None:
+        super().__init__("unused", "fake")
         self.answers, self.fail, self.hang = list(answers), fail, hang
         self.loaded = asyncio.Event()
         self.block_start = False
 
-    name = property(lambda self: "fake")  # type: ignore[assignment]
-    family = property(lambda self: "fake")  # type: ignore[assignment]
-    parameters = property(lambda self: 1)  # type: ignore[assignment]
     weight_version = property(lambda self: 0)  # type: ignore[assignment]
 
     async def start(self) -> None:
@@ -90,7 +88,7 @@ async def test_failing_backend_is_503_not_500() -> None:
     async with serve(FakeBackend(fail=True)) as c:
         r = await c.post("/v1/generate", json=GEN)
         assert r.status_code == 503 and "device lost" in r.json()["error"]["message"]
-        r = await c.post("/v1/grade", json={"items": [{"prompt": "1+1=", "response": "2"}]})
+        r = await c.post("/v1/grade", json={"task": "addition", "items": [{"prompt": "1+1=", "response": "2"}]})
         assert r.status_code == 503
 
 
@@ -107,7 +105,9 @@ async def test_hanging_backend_times_out_with_503() -> None:
 async def test_vote_score_is_fraction_of_own_answers_agreeing(response: str, score: float) -> None:
     # The server's own 4 votes: 46, 46, 45, unparseable.
     async with serve(FakeBackend(["46", "46", "45", "???"])) as c:
-        r = await c.post("/v1/grade", json={"items": [{"prompt": "12+34=", "response": response}], "n_votes": 4})
+        r = await c.post(
+            "/v1/grade", json={"task": "addition", "items": [{"prompt": "12+34=", "response": response}], "n_votes": 4}
+        )
         assert r.status_code == 200, r.text
         assert r.json()["scores"] == [score]
 
@@ -115,7 +115,7 @@ async def test_vote_score_is_fraction_of_own_answers_agreeing(response: str, sco
 async def test_judge_scores_come_from_the_backend() -> None:
     async with serve(FakeBackend()) as c:
         items = [{"prompt": "1+1=", "response": "2"}, {"prompt": "2+2=", "response": "5"}]
-        r = await c.post("/v1/grade", json={"items": items, "mode": "judge"})
+        r = await c.post("/v1/grade", json={"task": "addition", "items": items, "mode": "judge"})
         assert r.json() == {"model": "fake", "weight_version": 0, "scores": [0.25, 0.25]}
 
 

@@ -8,9 +8,10 @@ import torch
 
 from corl.models.sampling import sample
 from corl.models.tokenizer import build_char_tokenizer
-from corl.proto import GradedSample
+from corl.proto import SamplingSettings
 from corl.trainer.collate import pack
 from corl.trainer.losses import response_logps
+from corl.trainer.testing import batch_from_samples
 
 FAMILIES = {
     "gpt2": dict(n_embd=32, n_layer=1, n_head=1, n_positions=64),
@@ -53,23 +54,8 @@ def test_on_policy_batch_has_ratio_one(family: str, temperature: float) -> None:
     # Prompts of different lengths so left padding is exercised; samples stop at different lengths.
     prompts = ["1+2=", "12+34=", "7+80="]
     results = sample(model, tok, prompts, n=3, max_tokens=6, temperature=temperature, seed=1)
-    samples = [
-        GradedSample(
-            sample_id=f"{p}-{j}",
-            group_id=str(p),
-            prompt=prompts[p],
-            prompt_token_ids=r.prompt_token_ids,
-            response=c.text,
-            response_token_ids=c.token_ids,
-            logprobs=c.logprobs,
-            finish_reason=c.finish_reason,
-            weight_version=0,
-            reward=0.0,
-        )  # type: ignore[arg-type]
-        for p, r in enumerate(results)
-        for j, c in enumerate(r.completions)
-    ]
-    batch = pack(samples, tok.pad_token_id)
+    graded = batch_from_samples(results, prompts, sampling=SamplingSettings(temperature=temperature, max_tokens=6))
+    batch = pack(graded.samples(), tok.pad_token_id)
     with torch.no_grad():
         logps, ent = response_logps(
             model, batch.input_ids, batch.attention_mask, batch.response_len, temperature=temperature

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from corl.rewards import PEER_MODES, Answers, compute_rewards, plurality, pseudo_label, supervisors
+from corl.rewards import PEER_VOTE_MODES, REWARD_MODES, Answers, compute_rewards, plurality, pseudo_label, supervisors
 
 # --- pseudo-labels --------------------------------------------------------------------------
 
@@ -277,7 +277,7 @@ def _reward_table(mode: str, answers: dict, member: str, **kw: Any) -> list[dict
     return [dict(zip(ALPHABET, row, strict=True)) for row in rows]
 
 
-@pytest.mark.parametrize("mode", PEER_MODES)
+@pytest.mark.parametrize("mode", PEER_VOTE_MODES)
 @pytest.mark.parametrize("topology", ["all", "ring"])
 def test_invariant_rewards_never_depend_on_own_samples(mode: str, topology: str) -> None:
     """A member's rewards are a fixed function of each sample's answer, set by peers only."""
@@ -304,7 +304,7 @@ def test_invariant_rewards_never_depend_on_own_samples(mode: str, topology: str)
         assert perturbed.labels[member] == original.labels[member]
 
 
-@pytest.mark.parametrize("mode", PEER_MODES)
+@pytest.mark.parametrize("mode", PEER_VOTE_MODES)
 def test_invariant_dataset_answers_never_reach_peer_rewards(mode: str) -> None:
     rng = random.Random(mode)
     for _ in range(200):
@@ -326,7 +326,7 @@ def test_invariant_dataset_answers_do_reach_ground_truth() -> None:
     )
 
 
-@pytest.mark.parametrize("mode", ["peer_label", "peer_agreement", "self_vote", "ground_truth", "none"])
+@pytest.mark.parametrize("mode", [m for m, spec in REWARD_MODES.items() if not spec.judged])
 def test_rewards_have_the_samples_shape_and_lie_in_unit_interval(mode: str) -> None:
     rng = random.Random(f"shape-{mode}")
     for _ in range(100):

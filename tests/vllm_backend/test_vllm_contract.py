@@ -51,7 +51,7 @@ async def test_judge_is_normalised_verdict_probability(client: httpx.AsyncClient
     from corl.tasks import get_task
 
     items = [{"prompt": "12+34=", "response": "46"}, {"prompt": "07+08=", "response": "51"}]
-    r = await client.post("/v1/grade", json={"items": items, "mode": "judge"})
+    r = await client.post("/v1/grade", json={"task": "addition", "items": items, "mode": "judge"})
     assert r.status_code == 200, r.text
     task = get_task("addition")
     tok = AutoTokenizer.from_pretrained(tiny_model_dir)
@@ -68,7 +68,7 @@ async def test_info_health_ready_metrics(client: httpx.AsyncClient, tiny_model_d
     from transformers import AutoModelForCausalLM
 
     info = InfoResponse.model_validate((await client.get("/v1/info")).json())
-    assert (info.name, info.family, info.backend, info.task) == ("tiny", "gpt2", "vllm", "addition")
+    assert (info.name, info.family, info.backend, info.chat_template) == ("tiny", "gpt2", "vllm", False)
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
     assert info.parameters == sum(p.numel() for p in model.parameters()) and info.weight_version == 0
     assert (await client.get("/readyz")).json() == {"status": "ready", "weight_version": 0}

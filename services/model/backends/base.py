@@ -17,6 +17,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from corl.services.errors import ConflictError, InvalidInputError, UnavailableError
+
 WeightFormat = Literal["full", "lora"]
 FinishReason = Literal["stop", "length"]
 
@@ -29,13 +31,14 @@ class SamplingParams:
     max_tokens: int = 16
     temperature: float = 1.0
     top_p: float = 1.0
+    stop: tuple[str, ...] = ()  # generation ends after the token that completes one of these
     seed: int | None = None
 
 
 @dataclass(frozen=True)
 class Completion:
-    text: str  # decoded, without the end-of-sequence token
-    token_ids: list[int]  # includes the end token when finish_reason == "stop"
+    text: str  # decoded, without the end-of-sequence token or the stop string
+    token_ids: list[int]  # includes the end token (or the stop string's tokens) when finish_reason == "stop"
     logprobs: list[float]  # log-prob of each sampled token under the sampling distribution
     finish_reason: FinishReason
 
@@ -58,22 +61,22 @@ class JudgeOutput:
     scores: list[float]  # P(correct) / (P(correct) + P(incorrect)) of the next token, per text
 
 
-class BackendError(RuntimeError):
+class BackendError(UnavailableError):
     """The engine failed (not the caller's fault): the server answers 503."""
 
 
-class WeightLoadError(ValueError):
+class WeightLoadError(InvalidInputError):
     """New weights cannot be used (missing file, bad checksum, wrong tensor names/shapes): 422.
 
     ``field`` names the request field at fault (``uri``, ``sha256``, ``format``)."""
 
-    def __init__(self, message: str, field: str = "uri") -> None:
-        super().__init__(message)
-        self.field = field
+    default_field = "uri"
 
 
-class StaleVersionError(ValueError):
+class StaleVersionError(ConflictError):
     """The offered version is not newer than the one serving: 409."""
+
+    default_field = "version"
 
 
 class Backend(abc.ABC):
@@ -89,31 +92,52 @@ class Backend(abc.ABC):
     #: Engines with their own continuous batching (vLLM) set False and take requests as they come.
     wants_batching: bool = True
 
+    def __init__(self, model_dir: str, name: str, initial_version: int = 0) -> None:
+        self._model_dir = str(model_dir)
+        self._name = name
+        self._initial_version = initial_version
+        # Filled by ``start``:
+        self._family = "unknown"
+        self._parameters = 0
+        self._tokenizer: Any = None
+        self._reference: dict[str, tuple[int, ...]] = {}  # tensor name -> shape of the serving model
+        self._aliases: dict[str, frozenset[str]] = {}  # names that share storage (tied embeddings)
+
     @property
-    @abc.abstractmethod
     def name(self) -> str:
         """Cohort member name."""
+        return self._name
 
     @property
-    @abc.abstractmethod
     def family(self) -> str:
         """Model family (``config.model_type``): gpt2, llama, qwen2, mamba, ..."""
+        return self._family
 
     @property
-    @abc.abstractmethod
     def parameters(self) -> int:
         """Parameter count of the serving model."""
+        return self._parameters
+
+    @property
+    def tokenizer(self) -> Any:
+        """The member's Hugging Face tokenizer (prompts are rendered with it; None before ``start``)."""
+        return self._tokenizer
 
     @property
     @abc.abstractmethod
     def weight_version(self) -> int:
         """Version now serving (the initial weights are version ``initial_version``, default 0)."""
 
-    def too_long(self, prompts: Sequence[str], max_tokens: int) -> int | None:
-        """Index of the first prompt whose tokens plus ``max_tokens`` exceed the model's context, or
-        None. Lets the server reject such requests as bad input (422) instead of failing in the engine.
-        The default knows no limit; backends that know theirs override it (cheap: called per request)."""
+    @property
+    def max_context(self) -> int | None:
+        """Prompt plus new tokens the model accepts, when known."""
         return None
+
+    def too_long(self, prompts: Sequence[str], max_tokens: int) -> int | None:
+        """Index of the first (rendered) prompt whose tokens plus ``max_tokens`` exceed the model's
+        context, or None: the server rejects such requests as bad input (422) instead of failing in
+        the engine. Cheap: called per request."""
+        return first_too_long(self.tokenizer, prompts, max_tokens, self.max_context)
 
     @abc.abstractmethod
     async def start(self) -> None:

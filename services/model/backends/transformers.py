@@ -17,11 +17,10 @@ import inspect
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import torch
 from safetensors.torch import load_file
@@ -30,6 +29,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 from corl import weights_store
 from corl.models.sampling import sample
 
+from . import weights
 from .base import (
     Backend,
     BackendError,
@@ -38,10 +38,8 @@ from .base import (
     JudgeOutput,
     PromptOutput,
     SamplingParams,
-    StaleVersionError,
     WeightFormat,
     WeightLoadError,
-    first_too_long,
     single_token_id,
 )
 
@@ -71,9 +69,7 @@ class TransformersBackend(Backend):
         device: str = "auto",
         num_threads: int | None = None,
     ) -> None:
-        self._model_dir = str(model_dir)
-        self._name = name
-        self._initial_version = initial_version
+        super().__init__(model_dir, name, initial_version)
         self._device = ("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device
         self._num_threads = num_threads
         self._infer = ThreadPoolExecutor(1, thread_name_prefix="corl-infer")
@@ -82,33 +78,16 @@ class TransformersBackend(Backend):
         self._active: _Slot | None = None
         self._spare: _Slot | None = None
         self._swap_lock = asyncio.Lock()
-        self._family = "unknown"
-        self._parameters = 0
         self._max_len: int | None = None
-        self._shapes: dict[str, torch.Size] = {}
-        self._aliases: dict[str, frozenset[str]] = {}
-        self._tokenizer: Any = None
         self._takes_positions = False
-
-    # --- properties ---------------------------------------------------------------------------
-    @property
-    def name(self) -> str:
-        return self._name
-
-    @property
-    def family(self) -> str:
-        return self._family
-
-    @property
-    def parameters(self) -> int:
-        return self._parameters
 
     @property
     def weight_version(self) -> int:
         return self._active.version if self._active else self._initial_version
 
-    def too_long(self, prompts: Sequence[str], max_tokens: int) -> int | None:
-        return first_too_long(self._tokenizer, prompts, max_tokens, self._max_len)
+    @property
+    def max_context(self) -> int | None:
+        return self._max_len
 
     # --- lifecycle ----------------------------------------------------------------------------
     async def start(self) -> None:
@@ -125,7 +104,7 @@ class TransformersBackend(Backend):
             model.config, "max_position_embeddings", None
         )
         sd = model.state_dict()
-        self._shapes = {k: v.shape for k, v in sd.items()}
+        self._reference = {k: tuple(v.shape) for k, v in sd.items()}
         # Tied tensors (e.g. lm_head / embeddings) are saved once; any one name of a group suffices.
         by_ptr: dict[int, set[str]] = {}
         for k, v in sd.items():
@@ -171,6 +150,7 @@ class TransformersBackend(Backend):
                 max_tokens=params.max_tokens,
                 temperature=params.temperature,
                 top_p=params.top_p,
+                stop=params.stop,
                 seed=params.seed,
             )
         finally:
@@ -209,11 +189,10 @@ class TransformersBackend(Backend):
         scores = torch.sigmoid(logits[:, ids[0]] - logits[:, ids[1]]).tolist()
         return JudgeOutput(slot.version, scores)
 
-    # --- weights ------------------------------------------------------------------------------
+    # --- weights ---------------------------------------------------------------------------
     async def load_weights(self, version: int, path: str, fmt: WeightFormat, sha256: str) -> float:
         async with self._swap_lock:
-            if version <= self.weight_version:
-                raise StaleVersionError(f"version {version} is not newer than the serving {self.weight_version}")
+            weights.check_newer(version, self.weight_version)
             return await asyncio.get_running_loop().run_in_executor(
                 self._swap, self._load_sync, version, path, fmt, sha256
             )
@@ -239,28 +218,6 @@ class TransformersBackend(Backend):
         return seconds
 
     @staticmethod
-    def _files(path: str) -> tuple[list[Path], list[tuple[int, int]]]:
-        try:
-            files = weights_store.safetensors_files(path)
-            return files, weights_store.file_states(files)
-        except OSError as err:
-            raise WeightLoadError(str(err), field="uri") from None
-
-    def _verified(self, path: str, sha256: str, load: Callable[[list[Path]], None]) -> None:
-        """Run ``load(files)`` while a second thread hashes the same files; then check the digest, and
-        that no file changed meanwhile (a rewrite between hashing and parsing would slip through)."""
-        files, states = self._files(path)
-        hashed = self._swap.submit(weights_store.digest_files, files)
-        try:
-            load(files)
-        finally:
-            got = hashed.result()  # always join: no hash thread outlives its swap
-        if got != sha256:
-            raise WeightLoadError(f"sha256 mismatch: files hash to {got}, request says {sha256}", field="sha256")
-        if weights_store.file_states(files) != states:
-            raise WeightLoadError("weight files changed while loading", field="uri")
-
-    @staticmethod
     def _parse(files: list[Path]) -> dict[str, torch.Tensor]:
         tensors: dict[str, torch.Tensor] = {}
         for f in files:
@@ -270,38 +227,21 @@ class TransformersBackend(Backend):
                 raise WeightLoadError(f"{f.name} is not a readable safetensors file: {err}") from None
         return tensors
 
-    def _check_tensors(self, tensors: dict[str, torch.Tensor]) -> None:
-        unknown = sorted(k for k in tensors if k not in self._shapes)
-        if unknown:
-            raise WeightLoadError(f"tensors not in the serving model: {unknown[:5]}")
-        wrong = [
-            f"{k}: {tuple(t.shape)} != {self._shapes[k]}" for k, t in tensors.items() if t.shape != self._shapes[k]
-        ]
-        if wrong:
-            raise WeightLoadError(f"tensor shape mismatch: {wrong[:5]}")
-        missing = sorted(k for k in self._shapes if not (self._aliases[k] & tensors.keys()))
-        if missing:
-            raise WeightLoadError(f"tensors missing from the new weights: {missing[:5]}")
-
     @torch.no_grad()
     def _load_full(self, slot: _Slot, path: str, sha256: str) -> PreTrainedModel:
         def load(files: list[Path]) -> None:
-            tensors = self._parse(files)
-            self._check_tensors(tensors)
             # Copy straight into the spare's tensors: load_state_dict's module walk costs more than the copy.
-            for name, tensor in tensors.items():
+            for name, tensor in self._parse(files).items():
                 slot.targets[name].copy_(tensor)
 
-        self._verified(path, sha256, load)
+        weights.load_verified(path, sha256, self._reference, self._aliases, load, self._swap)
         return slot.model
 
     @torch.no_grad()
     def _load_lora(self, slot: _Slot, path: str, sha256: str) -> PreTrainedModel:
         from peft import PeftModel
 
-        if not (Path(path) / "adapter_config.json").is_file():
-            raise WeightLoadError(f"{path!r} has no adapter_config.json (format 'lora')", field="uri")
-        self._verified(path, sha256, lambda files: None)
+        weights.verify_adapter(path, sha256)
         # Adapters are relative to the initial weights: reset the spare to them, then merge.
         for name, tensor in self._parse(weights_store.safetensors_files(self._model_dir)).items():
             slot.targets[name].copy_(tensor)

@@ -1,49 +1,40 @@
 """The vLLM backend: vLLM's async engine behind the same contract as the transformers backend.
 
-Generation: prompts are tokenised here exactly as the transformers backend does (no special
-tokens) and sent as token ids; vLLM batches concurrent requests itself (continuous batching), so
-the serving layer does not merge them (``wants_batching = False``). Log-probs are vLLM's
-``processed_logprobs`` of each sampled token: after temperature and top-p, i.e. the distribution
-the token was drawn from. Judge scores read the two verdict tokens' log-probs of the next token
-(``logprob_token_ids``); the softmax normaliser cancels in P(c) / (P(c) + P(i)).
+Generation: rendered prompts are tokenised here as the transformers backend does (no special
+tokens added) and sent as token ids; vLLM batches concurrent requests itself, so the serving layer
+does not merge them (``wants_batching = False``). Log-probs are vLLM's ``processed_logprobs``:
+after temperature and top-p, the distribution each token was drawn from. Judge scores read the two
+verdict tokens' log-probs of the next token; the softmax normaliser cancels in P(c)/(P(c)+P(i)).
 
-Weights: a full update is verified in this process first (sha256 of the files, tensor names and
-shapes from the safetensors headers against the serving checkpoint), while the old weights keep
-serving. Only then does the swap close admission, wait for the requests in flight to finish (they
-complete on the old weights and report the old version), check that the files' size and mtime are
-still those that were hashed, load them into the running model in place (the workers'
-``reload_weights``: no restart, no new engine), reset the prefix cache (its KV blocks were
-computed by the old weights) and reopen. Requests that arrive meanwhile wait; none fails. The
-swap's latency therefore includes the drain: at most the longest request in flight. A load that
-fails inside vLLM is undone by reloading the previous directory. LoRA adapters are per request in
-vLLM, so a LoRA update
-needs no drain: requests already running keep the adapter they started with, new ones get the
-new adapter under a new name per version (vLLM keys its prefix cache on the adapter name).
-Architectures without vLLM LoRA support (GPT-2, Mamba) get the adapter merged on the CPU into the
-initial weights and swapped in as full weights.
+Weights (checked by ``weights.py`` while the old weights serve): a full swap then closes admission,
+waits for the requests in flight (they finish on the old weights and report the old version),
+re-checks that the files were not rewritten, loads them in place (the workers' ``reload_weights``:
+no restart), resets the prefix cache and reopens; requests that arrive meanwhile wait, none fails.
+A load that fails inside vLLM is undone by reloading the previous directory. A LoRA update needs no
+drain: running requests keep their adapter, new ones get the new adapter under a new name per
+version. Architectures without vLLM LoRA support (GPT-2, Mamba) get the adapter merged on the CPU
+and swapped in as full weights.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import math
 import os
 import shutil
-import struct
 import tempfile
 import time
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from corl import weights_store
+from corl.services.errors import InvalidInputError
 
-from ..errors import InvalidInputError
+from . import weights
 from .base import (
     Backend,
     BackendError,
@@ -52,17 +43,15 @@ from .base import (
     JudgeOutput,
     PromptOutput,
     SamplingParams,
-    StaleVersionError,
     WeightFormat,
     WeightLoadError,
-    first_too_long,
     single_token_id,
 )
 from .vllm_engine import EngineOptions, VLLMEngine
 
 log = logging.getLogger(__name__)
 
-TensorSpec = dict[str, tuple[int, ...]]
+_EMBEDDINGS = ("embed_tokens.weight", "wte.weight", "embeddings.weight", "word_embeddings.weight")
 
 
 @dataclass(frozen=True)
@@ -71,47 +60,6 @@ class _Serving:
 
     version: int
     lora: Any = None  # vllm LoRARequest, or None for the plain weights
-
-
-def safetensors_spec(path: Path) -> TensorSpec:
-    """Tensor names and shapes from a safetensors file's header (the data is not read);
-    ``WeightLoadError`` if it is not a complete safetensors file (bad header, or shorter than its
-    header says: truncated)."""
-    try:
-        with path.open("rb") as f:
-            (size,) = struct.unpack("<Q", f.read(8))
-            header = json.loads(f.read(size))
-        tensors = {k: v for k, v in header.items() if k != "__metadata__"}
-        spec = {k: tuple(v["shape"]) for k, v in tensors.items()}
-        end = max((v["data_offsets"][1] for v in tensors.values()), default=0)
-    except Exception as err:  # noqa: BLE001 - any parse failure means a bad file
-        raise WeightLoadError(f"{path.name} is not a readable safetensors file: {err}") from None
-    if 8 + size + end > path.stat().st_size:
-        raise WeightLoadError(f"{path.name} is truncated: {path.stat().st_size} bytes, header needs {8 + size + end}")
-    return spec
-
-
-def _states(path: str) -> list[tuple[int, int]]:
-    return weights_store.file_states(weights_store.safetensors_files(path))
-
-
-def _verify_files(path: str, sha256: str) -> tuple[TensorSpec, list[tuple[int, int]]]:
-    """Checksum and tensor specs of a weights directory, and its files' (size, mtime) so that a
-    later swap can tell whether they were rewritten after this check."""
-    try:
-        files = weights_store.safetensors_files(path)
-        states = weights_store.file_states(files)
-        got = weights_store.digest_files(files)
-    except OSError as err:
-        raise WeightLoadError(str(err), field="uri") from None
-    if got != sha256:
-        raise WeightLoadError(f"sha256 mismatch: files hash to {got}, request says {sha256}", field="sha256")
-    spec: TensorSpec = {}
-    for f in files:
-        spec.update(safetensors_spec(f))
-    if weights_store.file_states(files) != states:
-        raise WeightLoadError(f"{path!r} changed while it was verified", field="uri")
-    return spec, states
 
 
 class VLLMBackend(Backend):
@@ -132,17 +80,10 @@ class VLLMBackend(Backend):
         """``engine``: an engine started elsewhere for the same ``model_dir``; this backend loads
         the initial weights into it and leaves it running on ``close``. ``device`` and
         ``num_threads`` are the transformers backend's knobs: vLLM places and threads itself."""
-        self._model_dir = str(model_dir)
-        self._name = name
-        self._initial_version = initial_version
+        super().__init__(model_dir, name, initial_version)
         self._own_engine = engine is None
         self._engine = engine or VLLMEngine(self._model_dir, options)
         self._serving = _Serving(initial_version)
-        self._family = "unknown"
-        self._parameters = 0
-        self._tie_embeddings = False
-        self._reference: TensorSpec = {}
-        self._tokenizer: Any = None
         self._swap_lock = asyncio.Lock()
         self._admitting = asyncio.Event()
         self._admitting.set()
@@ -155,25 +96,13 @@ class VLLMBackend(Backend):
         self._tasks: set[asyncio.Future[None]] = set()
         self.peak_inflight = 0  # most requests in the engine at once (continuous batching at work)
 
-    # --- properties ---------------------------------------------------------------------------
-    @property
-    def name(self) -> str:
-        return self._name
-
-    @property
-    def family(self) -> str:
-        return self._family
-
-    @property
-    def parameters(self) -> int:
-        return self._parameters
-
     @property
     def weight_version(self) -> int:
         return self._serving.version
 
-    def too_long(self, prompts: Sequence[str], max_tokens: int) -> int | None:
-        return first_too_long(self._tokenizer, prompts, max_tokens, self._engine.max_model_len)
+    @property
+    def max_context(self) -> int | None:
+        return self._engine.max_model_len
 
     # --- lifecycle ----------------------------------------------------------------------------
     async def start(self) -> None:
@@ -201,12 +130,14 @@ class VLLMBackend(Backend):
         self._tokenizer = AutoTokenizer.from_pretrained(self._model_dir)
         config = AutoConfig.from_pretrained(self._model_dir)
         self._family = str(config.model_type)
-        self._tie_embeddings = bool(getattr(config, "tie_word_embeddings", False))
-        spec: TensorSpec = {}
-        for path in weights_store.safetensors_files(self._model_dir):
-            spec.update(safetensors_spec(path))
-        self._reference = spec
+        spec = weights.files_spec(weights_store.safetensors_files(self._model_dir))
         self._parameters = sum(math.prod(s) for s in spec.values())
+        embed = next((k for k in spec if k.endswith(_EMBEDDINGS)), None)
+        if getattr(config, "tie_word_embeddings", False) and embed and "lm_head.weight" not in spec:
+            # A tied lm_head is saved once, as the embeddings; an update may carry either name.
+            spec["lm_head.weight"] = spec[embed]
+            self._aliases = dict.fromkeys(("lm_head.weight", embed), frozenset(("lm_head.weight", embed)))
+        self._reference = spec
 
     async def close(self) -> None:
         if self._own_engine:
@@ -284,9 +215,10 @@ class VLLMBackend(Backend):
                 max_tokens=params.max_tokens,
                 temperature=params.temperature,
                 top_p=params.top_p,
+                stop=list(params.stop) or None,
                 seed=params.seed,
                 logprobs=0,
-                detokenize=False,
+                detokenize=bool(params.stop),  # vLLM matches stop strings on its own detokenised text
                 output_kind=RequestOutputKind.FINAL_ONLY,
             )
         except VLLMValidationError as err:  # e.g. vLLM caps temperature at 2: the caller's input, 422
@@ -296,14 +228,15 @@ class VLLMBackend(Backend):
             finals = await self._engine.run(self._run_all(ids, sp, serving.lora))
         outputs = []
         for prompt_ids, out in zip(ids, finals, strict=True):
-            completions = [self._completion(c) for c in out.outputs]
+            completions = [self._completion(c, bool(params.stop)) for c in out.outputs]
             outputs.append(PromptOutput(list(prompt_ids), completions * params.n if greedy else completions))
         return GenerateOutput(serving.version, outputs)
 
-    def _completion(self, c: Any) -> Completion:
+    def _completion(self, c: Any, detokenized: bool) -> Completion:
         token_ids = [int(t) for t in c.token_ids]
         logprobs = [float(step[t].logprob) for step, t in zip(c.logprobs, token_ids, strict=True)]
-        text = self._tokenizer.decode(token_ids, skip_special_tokens=True)
+        # With stop strings vLLM's text already ends before the stop string; its ids include it.
+        text = c.text if detokenized else self._tokenizer.decode(token_ids, skip_special_tokens=True)
         return Completion(text, token_ids, logprobs, "stop" if c.finish_reason == "stop" else "length")
 
     async def _run_all(self, ids: list[list[int]], sp: Any, lora: Any) -> list[Any]:
@@ -356,21 +289,20 @@ class VLLMBackend(Backend):
     # --- weights ------------------------------------------------------------------------------
     async def load_weights(self, version: int, path: str, fmt: WeightFormat, sha256: str) -> float:
         async with self._swap_lock:
-            if version <= self.weight_version:
-                raise StaleVersionError(f"version {version} is not newer than the serving {self.weight_version}")
+            weights.check_newer(version, self.weight_version)
             if self._failed:
                 raise BackendError(self._failed)
             t0 = time.perf_counter()
             if fmt == "full":
-                stamp = await asyncio.to_thread(self._verify_full, path, sha256)
-                await self._swap_full(version, path, stamp)
+                checked = await asyncio.to_thread(weights.verify_full, path, sha256, self._reference, self._aliases)
+                await self._swap_full(version, path, checked)
             elif self._engine.lora_enabled:
-                await asyncio.to_thread(self._verify_lora, path, sha256)
+                await asyncio.to_thread(weights.verify_adapter, path, sha256)
                 await self._swap_lora(version, path)
             else:
                 merged = await asyncio.to_thread(self._merge_lora, path, sha256)
                 try:
-                    await self._swap_full(version, merged, _states(merged))
+                    await self._swap_full(version, merged, weights.files_of(merged))
                 except BaseException:
                     shutil.rmtree(merged, ignore_errors=True)
                     raise
@@ -381,33 +313,9 @@ class VLLMBackend(Backend):
             log.info("%s: swapped to weight version %d (%s) in %.3fs", self._name, version, fmt, seconds)
             return seconds
 
-    def _verify_full(self, path: str, sha256: str) -> list[tuple[int, int]]:
-        """Checksum, names and shapes of a full update, before the engine is touched."""
-        spec, states = _verify_files(path, sha256)
-        self._check_spec(spec)
-        return states
-
-    def _check_spec(self, spec: TensorSpec) -> None:
-        ref = self._reference
-        tied = {k for k in spec if k.endswith("lm_head.weight")} if self._tie_embeddings else set()
-        unknown = sorted(k for k in spec if k not in ref and k not in tied)
-        if unknown:
-            raise WeightLoadError(f"tensors not in the serving model: {unknown[:5]}")
-        wrong = [f"{k}: {spec[k]} != {ref[k]}" for k in spec if k in ref and spec[k] != ref[k]]
-        if wrong:
-            raise WeightLoadError(f"tensor shape mismatch: {wrong[:5]}")
-        missing = sorted(k for k in ref if k not in spec)
-        if missing:
-            raise WeightLoadError(f"tensors missing from the new weights: {missing[:5]}")
-
-    async def _swap_full(self, version: int, path: str, states: list[tuple[int, int]]) -> None:
+    async def _swap_full(self, version: int, path: str, checked: tuple[list[Any], weights.FileStates]) -> None:
         async with self._drained():
-            try:
-                unchanged = await asyncio.to_thread(_states, path) == states
-            except OSError:
-                unchanged = False
-            if not unchanged:
-                raise WeightLoadError(f"{path!r} changed after it was verified", field="uri")
+            await asyncio.to_thread(weights.check_unchanged, *checked)
             await self._reload(path)
             self._serve(_Serving(version))
 
@@ -430,11 +338,6 @@ class VLLMBackend(Backend):
             # KV blocks cached for the old weights must not be reused by the new ones.
             await self._engine.run(llm.reset_prefix_cache())
 
-    def _verify_lora(self, path: str, sha256: str) -> None:
-        if not (Path(path) / "adapter_config.json").is_file():
-            raise WeightLoadError(f"{path!r} has no adapter_config.json (format 'lora')", field="uri")
-        _verify_files(path, sha256)
-
     async def _swap_lora(self, version: int, path: str) -> None:
         from vllm.lora.request import LoRARequest
 
@@ -454,12 +357,12 @@ class VLLMBackend(Backend):
 
     def _merge_lora(self, path: str, sha256: str) -> str:
         """For architectures vLLM has no LoRA for: merge into the initial weights on the CPU and
-        save as a full-weights directory (verified like any full update)."""
+        save the tensors as a full-weights directory, checked like any full update."""
         import torch
         from peft import PeftModel
         from transformers import AutoModelForCausalLM
 
-        self._verify_lora(path, sha256)
+        weights.verify_adapter(path, sha256)
         base = AutoModelForCausalLM.from_pretrained(self._model_dir, dtype=torch.float32)
         try:
             merged = PeftModel.from_pretrained(base, path).merge_and_unload()
@@ -468,10 +371,7 @@ class VLLMBackend(Backend):
         out = tempfile.mkdtemp(prefix=f"corl-{self._name}-merged-")
         try:
             merged.save_pretrained(out)
-            spec: TensorSpec = {}
-            for p in weights_store.safetensors_files(out):
-                spec.update(safetensors_spec(p))
-            self._check_spec(spec)
+            weights.check_spec(weights.files_spec(weights_store.safetensors_files(out)), self._reference, self._aliases)
         except BaseException:
             shutil.rmtree(out, ignore_errors=True)
             raise

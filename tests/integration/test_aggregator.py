@@ -17,7 +17,7 @@ from corl import redis_keys as keys
 from corl.config import CohortConfig, parse_config
 from corl.proto import ErrorResponse, GradedBatch, RunStats
 from corl.services.aggregator import AggregatorSettings, create_app
-from corl.services.aggregator.service import AggregatorService
+from corl.services.aggregator.serving import AggregatorServing
 from corl.services.aggregator.testing import FakeCohort
 
 _runs = itertools.count()
@@ -56,7 +56,7 @@ def make_config(
 @asynccontextmanager
 async def aggregator(
     cfg: CohortConfig, cohort: FakeCohort, redis_url: str, **settings: Any
-) -> AsyncIterator[tuple[AggregatorService, httpx.AsyncClient]]:
+) -> AsyncIterator[tuple[AggregatorServing, httpx.AsyncClient]]:
     defaults: dict[str, Any] = {"autostart": False, "quorum_retry_s": 0.05, "backpressure_poll_s": 0.05}
     s = AggregatorSettings(
         config=Path("/nonexistent.yaml"), redis_url=redis_url, admin_token=ADMIN, **{**defaults, **settings}
@@ -64,7 +64,7 @@ async def aggregator(
     app = create_app(s, config=cfg, transport=cohort.transport())
     async with app.router.lifespan_context(app):
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://aggregator") as c:
-            yield app.state.service, c
+            yield app.state.serving, c
 
 
 def sync_redis(url: str) -> Any:
@@ -92,12 +92,15 @@ async def test_round_appends_one_valid_batch_per_trained_member(redis_url: str) 
         batches = read_batches(redis_url, cfg, m)
         assert [b.batch_id for b in batches] == [f"{cfg.run_id}-r{i:07d}-{m}" for i in range(2)]
         for b in batches:
-            assert len(b.samples) == 4 * 4 and b.member == m and b.reward_mode == "peer_label"
-            assert {s.reward for s in b.samples} <= {0.0, 1.0}
-            assert len({s.group_id for s in b.samples}) == 4
-            assert all(len(s.logprobs) == len(s.response_token_ids) for s in b.samples)
+            samples = [s for _, s in b.samples()]
+            assert len(samples) == 4 * 4 and b.member == m and b.reward_mode == "peer_label"
+            assert {s.reward for s in samples} <= {0.0, 1.0}
+            assert len(b.groups) == 4 and all(len(g.samples) == 4 for g in b.groups)
+            assert all(len(s.logprobs) == len(s.response_token_ids) for s in samples)
+            # The batch carries the sampling settings of the run (the trainer's log-probs use them).
+            assert b.sampling == cfg.sampling()
             # Unparseable answers never earn reward.
-            assert all(s.reward == 0.0 for s in b.samples if s.answer is None)
+            assert all(s.reward == 0.0 for s in samples if s.answer is None)
     assert read_batches(redis_url, cfg, "c") == []
     # Vote modes cost no model calls beyond generation: one generate per member per round, no grading.
     assert [(m.calls, m.grade_calls) for m in cohort.members.values()] == [(2, 0)] * 3
@@ -113,7 +116,7 @@ async def test_down_member_is_left_out_and_rejoins(redis_url: str) -> None:
         cohort.down |= {"b"}
         r1 = await svc.driver.run_round()
         assert (r1.status, r1.round) == ("no_quorum", 1)
-        assert svc.driver.state.cursor == 4  # the prompts of the failed round are taken again
+        assert svc.driver.round_state.cursor == 4  # the prompts of the failed round are taken again
         cohort.down.clear()
         r1 = await svc.driver.run_round()
         assert (r1.status, r1.round, r1.written, r1.missing) == ("ok", 1, ["a", "b", "c"], [])
@@ -163,9 +166,9 @@ async def test_retried_round_adds_no_duplicate(redis_url: str) -> None:
         await svc.driver._load()
         assert (await svc.driver.run_round()).status == "ok"
     async with aggregator(cfg, cohort, redis_url) as (svc2, _):
-        svc2.driver.state.next_round = 0  # a stale aggregator: its commit is fenced off
+        svc2.driver.round_state.next_round = 0  # a stale aggregator: its commit is fenced off
         assert (await svc2.driver.run_round()).status == "stale"
-        assert svc2.driver.state.next_round == 2
+        assert svc2.driver.round_state.next_round == 2
     for m in ("a", "b"):
         ids = [b.batch_id for b in read_batches(redis_url, cfg, m)]
         assert ids == [f"{cfg.run_id}-r{i:07d}-{m}" for i in range(2)]
@@ -176,13 +179,13 @@ async def test_restart_continues_from_next_round_without_duplicates_or_losses(re
     cohort = FakeCohort.of("a", "b", "c")
     cohort.slow = {"a": 0.02}
     async with aggregator(cfg, cohort, redis_url, autostart=True) as (svc, _):
-        while svc.driver.state.next_round < 2:
+        while svc.driver.round_state.next_round < 2:
             await asyncio.sleep(0.01)
         # Leave mid-run: the driver is cancelled wherever it is (often inside a round).
     done_before = int(sync_redis(redis_url).hget(keys.round_state(cfg.run_id), "next_round"))
     async with aggregator(cfg, cohort, redis_url, autostart=True) as (svc2, _):
-        assert svc2.driver.state.next_round == done_before
-        while svc2.driver.state.next_round < 6:
+        assert svc2.driver.round_state.next_round == done_before
+        while svc2.driver.round_state.next_round < 6:
             await asyncio.sleep(0.01)
         ok_rounds = svc2.metrics.rounds.labels("ok")._value.get()
     assert ok_rounds == 6 - done_before  # finished rounds were not graded again
@@ -237,7 +240,7 @@ async def test_posted_prompts_source(redis_url: str) -> None:
     assert bad.status_code == 422
     err = ErrorResponse.model_validate_json(bad.content).error
     assert err.type == "invalid_request" and err.field == "prompts.0.prompt"
-    assert [s.prompt for s in read_batches(redis_url, cfg, "a")[0].samples[::4]] == ["12+30=", "01+01="]
+    assert [g.prompt for g in read_batches(redis_url, cfg, "a")[0].groups] == ["12+30=", "01+01="]
 
 
 async def test_posting_prompts_to_a_task_run_conflicts(redis_url: str) -> None:
@@ -282,7 +285,7 @@ async def test_dataset_answers_never_reach_peer_rewards(redis_url: str, mode: st
             assert (await client.post("/v1/prompts", json=body, headers=ADMIN_AUTH)).status_code == 200
             await svc.driver.run_round()
             stats = RunStats.model_validate_json((await client.get(f"/v1/runs/{cfg.run_id}/stats")).content)
-        rewards[tag] = {m: [s.reward for s in read_batches(redis_url, cfg, m)[0].samples] for m in "abc"}
+        rewards[tag] = {m: [s.reward for _, s in read_batches(redis_url, cfg, m)[0].samples()] for m in "abc"}
         accuracy = stats.rounds[0].members["a"].pseudo_label_accuracy
         assert (accuracy == 0.0) == (tag == "poisoned")
     assert rewards["true"] == rewards["poisoned"]

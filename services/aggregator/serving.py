@@ -1,4 +1,8 @@
-"""The serving layer the routes call: one object per app, built in lifespan from the clients."""
+"""The serving layer the routes call: one object per app, built in lifespan from the clients.
+
+It owns the run's learnt state (``LearntState``) and hands the same object to the grading pool
+and the round driver when it builds them; nothing is wired after construction.
+"""
 
 from __future__ import annotations
 
@@ -19,21 +23,22 @@ from corl.proto import (
     PromptsPost,
     RunStats,
 )
+from corl.services.errors import NotFoundError
 
-from .errors import NotFound
 from .grading_pool import GradingPool
 from .members import MemberClient
 from .metrics import AggregatorMetrics
 from .prompts import build_prompt_source, posted_source
 from .rounds import RoundDriver
 from .settings import AggregatorSettings
+from .state import LearntState
 from .stats import run_stats
 from .store import RoundStore
 
 log = logging.getLogger(__name__)
 
 
-class AggregatorService:
+class AggregatorServing:
     def __init__(
         self,
         cfg: CohortConfig,
@@ -42,7 +47,8 @@ class AggregatorService:
         http: httpx.AsyncClient,
         metrics: AggregatorMetrics,
     ):
-        self.cfg, self.settings, self.redis, self.metrics = cfg, settings, redis, metrics
+        self.cfg, self.settings, self.metrics = cfg, settings, metrics
+        self.state = LearntState(cfg.reward, [m.name for m in cfg.members])
         self.store = RoundStore(
             redis,
             cfg.run_id,
@@ -51,25 +57,22 @@ class AggregatorService:
             marker_ttl_s=settings.marker_ttl_s,
         )
         self.source = build_prompt_source(cfg, redis)
-        client = MemberClient(http, settings.http, cfg.rounds.request_timeout_s)
-        self.driver = RoundDriver(cfg, settings, self.store, client, self.source, metrics)
-        admin = settings.admin_token.get_secret_value() if settings.admin_token else None
         self.pool = GradingPool(
             redis,
             cfg.run_id,
             settings.grading,
             metrics,
-            self.driver.reliability,
-            admin,
+            self.state.reliability,
             reserved={m.name for m in cfg.members},
         )
-        self.driver.pool = self.pool
+        client = MemberClient(http, settings.http, cfg.rounds.request_timeout_s)
+        self.driver = RoundDriver(cfg, settings, self.store, client, self.source, metrics, self.state, self.pool)
         self._task: asyncio.Task[None] | None = None
 
     async def start(self, run_rounds: bool) -> None:
         await self.driver.start()
         for name in await self.pool.names():
-            self.driver.reliability.register(name, probation=True)
+            self.state.reliability.register(name, probation=True)
         if run_rounds:
             self._task = asyncio.create_task(self.driver.run_forever(), name="corl-round-driver")
 
@@ -84,31 +87,33 @@ class AggregatorService:
 
     def _check_run(self, run: str) -> None:
         if run != self.cfg.run_id:
-            raise NotFound(f"no run {run!r}; this aggregator drives {self.cfg.run_id!r}")
+            raise NotFoundError(f"no run {run!r}; this aggregator drives {self.cfg.run_id!r}")
 
     async def stats(self, run: str, last: int | None = None) -> RunStats:
         self._check_run(run)
         rounds = await self.store.recent_stats(min(last or self.settings.stats_rounds, self.settings.stats_rounds))
-        d = self.driver
-        learnt = {"reliability": d.reliability.snapshot()}
-        return run_stats(self.cfg.run_id, d.state.next_round, rounds, learnt, sorted(d.collapse.alarmed))
+        return run_stats(
+            self.cfg.run_id,
+            self.driver.round_state.next_round,
+            rounds,
+            self.state.reliability,
+            self.state.collapse.alarmed,
+        )
 
-    async def post_prompts(self, authorization: str | None, body: PromptsPost) -> PromptsAccepted:
-        if self.settings.admin_token is not None:  # prompts steer training: admin only when a token is set
-            self.pool.check_admin(authorization)
+    async def post_prompts(self, body: PromptsPost) -> PromptsAccepted:
         total = await posted_source(self.source).post(body.prompts)
-        return PromptsAccepted(accepted=len(body.prompts), queued=max(0, total - self.driver.state.cursor))
+        return PromptsAccepted(accepted=len(body.prompts), queued=max(0, total - self.driver.round_state.cursor))
 
-    async def register_grader(self, authorization: str | None, body: GraderRegistration) -> GraderRegistered:
-        self.pool.check_admin(authorization)
+    async def register_grader(self, body: GraderRegistration) -> GraderRegistered:
         reg = await self.pool.register(body)
         log.info("grader %s registered (%s mode, probation)", reg.name, reg.mode)
         return reg
 
-    async def grading_tasks(self, authorization: str | None, max_tasks: int, wait_s: float) -> GradingTasks:
-        grader = await self.pool.authenticate(authorization)
+    async def authenticate_grader(self, authorization: str | None) -> str:
+        return await self.pool.authenticate(authorization)
+
+    async def grading_tasks(self, grader: str, max_tasks: int, wait_s: float) -> GradingTasks:
         return GradingTasks(tasks=await self.pool.lease(grader, max_tasks, wait_s))
 
-    async def grading_results(self, authorization: str | None, body: GradingResults) -> GradingResultsAccepted:
-        grader = await self.pool.authenticate(authorization)
+    async def grading_results(self, grader: str, body: GradingResults) -> GradingResultsAccepted:
         return await self.pool.submit(grader, body)

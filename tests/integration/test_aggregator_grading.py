@@ -86,7 +86,7 @@ async def test_pull_grader_leases_tasks_and_results_are_idempotent(redis_url: st
         )
         assert late.json() == {"accepted": 0, "ignored": 12}
         assert res.status == "ok"
-        assert "puller" in svc.driver.reliability.weights and svc.driver.reliability.observations["puller"] >= 1
+        assert "puller" in svc.state.reliability.weights and svc.state.reliability.observations["puller"] >= 1
     assert len(read_batches(redis_url, cfg, "a")) == 1
 
 
@@ -131,8 +131,8 @@ async def test_push_graders_are_called_and_a_slow_one_never_stalls_the_round(red
     assert [m.grade_calls for n, m in cohort.members.items() if n in "abc"] == [1, 1, 1]
     assert 'corl_aggregator_push_grader_failures_total{grader="sloth"} 1.0' in metrics
     # Judged rewards follow the honest verdicts: right answers score high, wrong ones low.
-    for s in read_batches(redis_url, cfg, "a")[0].samples:
-        right = s.response == truth(s.prompt)
+    for g, s in read_batches(redis_url, cfg, "a")[0].samples():
+        right = s.response == truth(g.prompt)
         assert (s.reward > 0.5) == right
 
 
@@ -168,7 +168,7 @@ async def test_hostile_graders_barely_move_rewards(redis_url: str, combine: str)
         out = {}
         for m in names:
             batches: list[GradedBatch] = read_batches(redis_url, cfg, m)
-            rewards = [s.reward for b in batches for s in b.samples]
+            rewards = [s.reward for b in batches for _, s in b.samples()]
             out[m] = sum(rewards) / len(rewards)
         return out
 

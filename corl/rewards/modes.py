@@ -1,0 +1,94 @@
+"""The one table of reward modes: name -> pure function, and what each mode reads.
+
+Config validation (``corl.proto.RewardModeName``), the aggregator (``grade_round``), the docs and
+the invariant tests all read this table; adding a mode is one entry here and its name in
+``proto/modes.py`` (checked equal at import).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import get_args
+
+from corl.proto import RewardModeName
+
+from .judge import peer_judge_rewards
+from .votes import (
+    RewardInputs,
+    RewardOutcome,
+    ground_truth_rewards,
+    no_rewards,
+    peer_agreement_rewards,
+    peer_label_rewards,
+    self_vote_rewards,
+)
+
+RewardFn = Callable[[RewardInputs], RewardOutcome]
+
+
+@dataclass(frozen=True)
+class RewardMode:
+    name: RewardModeName
+    fn: RewardFn
+    description: str
+    peer: bool  # rewards come only from other members (the cohort's label-free modes)
+    uses_labels: bool = False  # reads dataset answers: experiments only
+    judged: bool = False  # needs /v1/grade judge scores from peers
+
+    @property
+    def label_free(self) -> bool:
+        return not self.uses_labels
+
+
+_MODES = (
+    RewardMode(
+        "peer_label",
+        peer_label_rewards,
+        "1 if the answer equals the majority of the other members' pseudo-labels (plurality of each "
+        "peer's G answers; ties discarded; optional `threshold`, `topology: ring`): Co-RL",
+        peer=True,
+    ),
+    RewardMode(
+        "peer_agreement",
+        peer_agreement_rewards,
+        "reliability-weighted fraction of the other members' samples that give the same answer",
+        peer=True,
+    ),
+    RewardMode(
+        "peer_judge",
+        peer_judge_rewards,
+        "k peers (never the author) plus external graders score it through `/v1/grade` judge mode; "
+        "reliability-weighted mean, median or trimmed mean",
+        peer=True,
+        judged=True,
+    ),
+    RewardMode(
+        "self_vote",
+        self_vote_rewards,
+        "1 if it equals the member's *own* plurality (TTRL-style baseline; collapses)",
+        peer=False,
+    ),
+    RewardMode(
+        "ground_truth",
+        ground_truth_rewards,
+        "1 if it equals the data set's answer (upper bound for experiments only)",
+        peer=False,
+        uses_labels=True,
+    ),
+    RewardMode("none", no_rewards, "0 (no training signal)", peer=False),
+)
+
+REWARD_MODES: dict[str, RewardMode] = {m.name: m for m in _MODES}
+PEER_VOTE_MODES: tuple[str, ...] = tuple(m.name for m in _MODES if m.peer and not m.judged)
+
+if set(REWARD_MODES) != set(get_args(RewardModeName)):
+    raise ImportError(f"reward modes {sorted(REWARD_MODES)} differ from the contract's {get_args(RewardModeName)}")
+
+
+def markdown_table() -> str:
+    """The README's table of reward modes, generated from this one."""
+    rows = ["| mode | reward of a sample | uses labels? |", "|---|---|---|"]
+    for m in _MODES:
+        rows.append(f"| `{m.name}` | {m.description} | {'yes' if m.uses_labels else 'no'} |")
+    return "\n".join(rows)

@@ -1,0 +1,218 @@
+"""The HTTP edge both services share: the error shape and status map, the body limit, bearer-token
+checks and request metrics. Each service's ``app.py`` installs these; nothing else writes an error
+body or parses an ``Authorization`` header."""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import time
+from collections.abc import Mapping
+from typing import Annotated
+
+from fastapi import FastAPI, Header, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from corl.proto import ErrorDetail, ErrorResponse, ErrorType
+
+from .errors import ServiceError, UnauthorizedError
+
+log = logging.getLogger(__name__)
+
+STATUS_TYPES: dict[int, ErrorType] = {
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    409: "conflict",
+    413: "payload_too_large",
+    422: "invalid_request",
+    429: "rate_limited",
+    503: "unavailable",
+}
+_LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+
+
+def error_response(
+    status: int,
+    type_: ErrorType,
+    message: str,
+    field: str | None = None,
+    headers: Mapping[str, str] | None = None,
+) -> JSONResponse:
+    body = ErrorResponse(error=ErrorDetail(type=type_, message=message, field=field))
+    hdrs = dict(headers or {})
+    if status == 401:
+        hdrs.setdefault("WWW-Authenticate", "Bearer")
+    return JSONResponse(body.model_dump(mode="json"), status_code=status, headers=hdrs or None)
+
+
+def _field_of(loc: tuple[object, ...]) -> str:
+    parts = [str(p) for p in loc if p not in ("body", "query", "path", "header")]
+    return ".".join(parts) or "body"
+
+
+async def _service_error(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, ServiceError)
+    return error_response(exc.status, exc.type, exc.message, exc.field)
+
+
+async def _validation(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    errors = exc.errors()
+    first = errors[0] if errors else {"loc": ("body",), "msg": "invalid request"}
+    field = "body" if first.get("type") == "json_invalid" else _field_of(tuple(first.get("loc", ())))
+    message = "; ".join(f"{_field_of(tuple(e.get('loc', ())))}: {e.get('msg')}" for e in errors[:5])
+    return error_response(422, "invalid_request", message or "invalid request", field)
+
+
+async def _http(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, StarletteHTTPException)
+    type_ = STATUS_TYPES.get(exc.status_code, "internal")
+    return error_response(exc.status_code, type_, str(exc.detail), headers=exc.headers)
+
+
+async def _internal(request: Request, exc: Exception) -> JSONResponse:
+    log.exception("unhandled error on %s", request.url.path, exc_info=exc)
+    return error_response(500, "internal", f"internal error: {type(exc).__name__}")
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Every error a route can produce leaves in the one shape; never a bare 500 for bad input."""
+    app.add_exception_handler(ServiceError, _service_error)
+    app.add_exception_handler(RequestValidationError, _validation)
+    app.add_exception_handler(StarletteHTTPException, _http)
+    app.add_exception_handler(Exception, _internal)
+
+
+# --- authentication ----------------------------------------------------------------------------
+
+
+def bearer_token(authorization: str | None) -> str:
+    """The token of an ``Authorization: Bearer <token>`` header; 401 when there is none."""
+    scheme, _, token = (authorization or "").partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise UnauthorizedError("missing bearer token")
+    return token.strip()
+
+
+def check_admin(authorization: str | None, admin_token: str | None) -> None:
+    """401 unless the header carries the admin token (compared in constant time). A service
+    without an admin token refuses every admin call."""
+    token = bearer_token(authorization)
+    if not admin_token:
+        raise UnauthorizedError("admin routes are disabled: CORL_ADMIN_TOKEN is not set on this service")
+    if not hmac.compare_digest(token.encode(), admin_token.encode()):
+        raise UnauthorizedError("wrong admin token")
+
+
+Authorization = Annotated[str | None, Header()]
+
+
+async def require_admin(request: Request, authorization: Authorization = None) -> None:
+    """Route dependency: the app's ``state.admin_token`` must be presented."""
+    check_admin(authorization, request.app.state.admin_token)
+
+
+# --- middleware --------------------------------------------------------------------------------
+
+
+class BodyLimitMiddleware:
+    """413 for a body above ``max_bytes``, before the app reads it: by ``Content-Length`` up front,
+    and for a chunked body as soon as the bytes received pass the bound (the rest is not read)."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app, self.max_bytes = app, max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope.get("headers") or []).get(b"content-length")
+        if declared is not None:
+            if declared.isdigit() and int(declared) > self.max_bytes:
+                await self._reject(scope, receive, send)
+            else:
+                await self.app(scope, receive, send)
+            return
+        chunks: list[bytes] = []
+        size = 0
+        while True:  # chunked: buffer up to the bound, then replay to the app
+            message = await receive()
+            if message["type"] != "http.request":
+                await self.app(scope, _replay([message], receive), send)
+                return
+            chunks.append(message.get("body", b""))
+            size += len(chunks[-1])
+            if size > self.max_bytes:
+                await self._reject(scope, receive, send)
+                return
+            if not message.get("more_body", False):
+                break
+        body = {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+        await self.app(scope, _replay([body], receive), send)
+
+    async def _reject(self, scope: Scope, receive: Receive, send: Send) -> None:
+        resp = error_response(413, "payload_too_large", f"request body exceeds {self.max_bytes} bytes")
+        await resp(scope, receive, send)
+
+
+def _replay(messages: list[Message], then: Receive) -> Receive:
+    async def receive() -> Message:
+        return messages.pop(0) if messages else await then()
+
+    return receive
+
+
+class HttpMetrics:
+    """``<prefix>_requests_total`` and ``<prefix>_request_duration_seconds`` by route template and status."""
+
+    def __init__(self, prefix: str, registry: CollectorRegistry) -> None:
+        self.requests = Counter(
+            f"{prefix}_requests", "HTTP requests by route and status.", ["route", "status"], registry=registry
+        )
+        self.duration = Histogram(
+            f"{prefix}_request_duration_seconds",
+            "HTTP request latency by route and status.",
+            ["route", "status"],
+            buckets=_LATENCY_BUCKETS,
+            registry=registry,
+        )
+
+
+class RequestMetricsMiddleware:
+    """Counts and times every HTTP request by route template (a bounded label) and status."""
+
+    def __init__(self, app: ASGIApp, metrics: HttpMetrics) -> None:
+        self.app, self.metrics = app, metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        start = time.perf_counter()
+        status = 500
+
+        async def send_status(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_status)
+        finally:
+            labels = (getattr(scope.get("route"), "path", "other"), str(status))
+            self.metrics.requests.labels(*labels).inc()
+            self.metrics.duration.labels(*labels).observe(time.perf_counter() - start)
+
+
+def install_edge(app: FastAPI, *, metrics: HttpMetrics, max_body_bytes: int) -> None:
+    """Error handlers, the body limit and request metrics, in that order of wrapping."""
+    install_error_handlers(app)
+    app.add_middleware(BodyLimitMiddleware, max_bytes=max_body_bytes)
+    app.add_middleware(RequestMetricsMiddleware, metrics=metrics)

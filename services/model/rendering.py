@@ -1,0 +1,44 @@
+"""Rendering a task prompt for one member: its own chat template, or the task's plain template.
+
+Each member renders with its own tokenizer (no text is re-tokenised across members). A tokenizer
+that adds a BOS token by default (Gemma) gets it as text in front of plain renderings, because
+the servers tokenise rendered text without adding special tokens; chat templates write their own.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from corl.proto import PromptFormat
+
+_RAW = PromptFormat()
+_SLOT = re.compile(r"\{(system|prompt)\}")
+
+
+class PromptRenderer:
+    """``tokenizer`` None (an engine that takes text as it is) renders plain templates only."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self._tokenizer = tokenizer
+        self.has_chat_template = bool(getattr(tokenizer, "chat_template", None))
+        bos_id = getattr(tokenizer, "bos_token_id", None) if tokenizer is not None else None
+        ids = tokenizer("a")["input_ids"] if bos_id is not None else []
+        self._bos = tokenizer.bos_token if ids and ids[0] == bos_id else ""
+
+    def render(self, prompt: str, fmt: PromptFormat = _RAW) -> str:
+        if fmt.chat and self.has_chat_template:
+            messages = [{"role": "system", "content": fmt.system}] if fmt.system else []
+            messages.append({"role": "user", "content": prompt})
+            text = self._tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+            return str(text)
+        if fmt == _RAW:
+            return self._bos + prompt
+        values = {"system": fmt.system or "", "prompt": prompt}
+        return self._bos + _SLOT.sub(lambda m: values[m.group(1)], fmt.template)  # one pass: no text is re-read
+
+    def render_all(self, prompts: Sequence[str], fmt: PromptFormat = _RAW) -> list[str]:
+        if fmt == _RAW and not self._bos:
+            return list(prompts)  # the tiny cohort's path: nothing to render
+        return [self.render(p, fmt) for p in prompts]

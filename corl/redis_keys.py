@@ -38,11 +38,6 @@ def round_stats(run: str) -> str:
     return _k(run, "stats", "rounds")
 
 
-def collapse_alarms(run: str) -> str:
-    """Members whose collapse alarm is raised: member -> round it was raised (hash)."""
-    return _k(run, "stats", "collapse")
-
-
 def posted_prompts(run: str) -> str:
     """Prompts posted to ``POST /v1/prompts``, read in order from the round cursor (list)."""
     return _k(run, "prompts", "posted")

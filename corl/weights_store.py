@@ -49,11 +49,3 @@ def digest_files(files: Iterable[Path]) -> str:
 def file_states(files: Iterable[Path]) -> list[tuple[int, int]]:
     """(size, mtime_ns) per file: compare before and after a load to detect a rewrite meanwhile."""
     return [(st.st_size, st.st_mtime_ns) for st in (p.stat() for p in files)]
-
-
-def digest_blobs(blobs: Iterable[bytes]) -> str:
-    """The same digest over file contents already in memory, in checksum order."""
-    h = hashlib.sha256()
-    for blob in blobs:
-        h.update(blob)
-    return h.hexdigest()

@@ -13,10 +13,10 @@ from typing import Annotated
 from fastapi import FastAPI, Header, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from prometheus_client import CollectorRegistry, Counter, Histogram
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from corl.prometheus import MetricSet
 from corl.proto import ErrorDetail, ErrorResponse, ErrorType
 
 from .errors import ServiceError, UnauthorizedError
@@ -34,7 +34,6 @@ STATUS_TYPES: dict[int, ErrorType] = {
     429: "rate_limited",
     503: "unavailable",
 }
-_LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
 
 def error_response(
@@ -171,16 +170,10 @@ def _replay(messages: list[Message], then: Receive) -> Receive:
 class HttpMetrics:
     """``<prefix>_requests_total`` and ``<prefix>_request_duration_seconds`` by route template and status."""
 
-    def __init__(self, prefix: str, registry: CollectorRegistry) -> None:
-        self.requests = Counter(
-            f"{prefix}_requests", "HTTP requests by route and status.", ["route", "status"], registry=registry
-        )
-        self.duration = Histogram(
-            f"{prefix}_request_duration_seconds",
-            "HTTP request latency by route and status.",
-            ["route", "status"],
-            buckets=_LATENCY_BUCKETS,
-            registry=registry,
+    def __init__(self, metrics: MetricSet) -> None:
+        self.requests = metrics.counter("requests", "HTTP requests by route and status.", "route", "status")
+        self.duration = metrics.histogram(
+            "request_duration_seconds", "HTTP request latency by route and status.", "route", "status"
         )
 
 

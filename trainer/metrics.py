@@ -4,17 +4,19 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
+from corl.prometheus import MetricSet
+
 
 class TrainerMetrics:
     def __init__(self, member: str, registry: CollectorRegistry | None = None):
-        self.registry = registry or CollectorRegistry()
-        r, lbl = self.registry, ["member"]
+        m = MetricSet("corl_trainer", registry)
+        self.registry = m.registry
 
         def g(name: str, doc: str) -> Gauge:
-            return Gauge(f"corl_trainer_{name}", doc, lbl, registry=r)
+            return m.gauge(name, doc, "member")
 
         def c(name: str, doc: str) -> Counter:
-            return Counter(f"corl_trainer_{name}", doc, lbl, registry=r)
+            return m.counter(name, doc, "member")
 
         self.loss = g("loss", "Policy loss of the last step.")
         self.mean_reward = g("mean_reward", "Mean reward of the last batch.")
@@ -29,11 +31,10 @@ class TrainerMetrics:
         self.weight_version = g("weight_version", "Newest published weight version.")
         self.step = g("step", "Batches applied (global step).")
         self.grad_norm = g("grad_norm", "Gradient norm before clipping (last step).")
-        self.step_seconds = Histogram(
-            "corl_trainer_step_seconds",
+        self.step_seconds = m.histogram(
+            "step_seconds",
             "Wall time of one training step.",
-            lbl,
-            registry=r,
+            "member",
             buckets=(0.01, 0.03, 0.1, 0.3, 1, 3, 10, 30, 100),
         )
         self.batches_applied = c("batches_applied_total", "Batches trained on.")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -36,9 +35,3 @@ def load_member(
 def parameter_count(model: PreTrainedModel) -> int:
     """Distinct parameters (tied embeddings counted once)."""
     return sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
-
-
-def read_member_meta(model_dir: str | Path) -> dict[str, Any]:
-    """The member's ``corl_member.json`` (name, family, task, ...), or ``{}`` for a plain model dir."""
-    path = Path(model_dir) / MEMBER_META
-    return json.loads(path.read_text()) if path.is_file() else {}

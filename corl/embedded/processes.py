@@ -16,8 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import httpx
-from tenacity import RetryError, Retrying, retry_if_exception_type, stop_after_delay, wait_fixed
+from corl.health import NotReadyError, wait_healthy
 
 log = logging.getLogger(__name__)
 
@@ -71,22 +70,11 @@ class ProcessGroup:
 
     def wait_healthy(self, timeout_s: float = 180.0) -> None:
         """Wait until every child with a health URL answers 200 on it, failing fast if one dies."""
-        pending = [c for c in self.children if c.health_url]
-        with httpx.Client(timeout=2.0) as client:
-            for c in pending:
+        for c in self.children:
+            if c.health_url:
                 try:
-                    for attempt in Retrying(
-                        stop=stop_after_delay(timeout_s),
-                        wait=wait_fixed(0.5),
-                        retry=retry_if_exception_type((httpx.HTTPError, _NotReady)),
-                        reraise=False,
-                    ):
-                        with attempt:
-                            self.check()
-                            assert c.health_url
-                            if client.get(c.health_url).status_code != 200:
-                                raise _NotReady(c.name)
-                except RetryError:
+                    wait_healthy(c.health_url, timeout_s, alive=self.check)
+                except NotReadyError:
                     raise TimeoutError(f"{c.name} not ready after {timeout_s:.0f}s:\n{c.tail()}") from None
 
     def stop(self, timeout_s: float = 15.0) -> None:
@@ -107,10 +95,6 @@ class ProcessGroup:
 
     def pids(self) -> list[int]:
         return [c.proc.pid for c in self.children if c.proc]
-
-
-class _NotReady(Exception):
-    pass
 
 
 def _signal(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:

@@ -22,7 +22,11 @@ class MathTask:
 
     @property
     def prompt_format(self) -> PromptFormat:
-        return PromptFormat()
+        return PromptFormat(
+            chat=True,
+            system="Solve the problem step by step. End with: The answer is <number>.",
+            template="{system}\n\nQuestion: {prompt}\nAnswer:",
+        )
 
     @property
     def stop(self) -> tuple[str, ...]:

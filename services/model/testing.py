@@ -1,4 +1,5 @@
-"""Run a model server on a free loopback port, for tests and benchmarks of any service.
+"""Run a model server on a free loopback port, and a scriptable fake backend, for tests and
+benchmarks of any service.
 
     from corl.services.model.testing import running_server
     with running_server(ServerSettings(model_dir=str(d), admin_token="t", num_threads=1)) as url:
@@ -7,26 +8,27 @@
 The server is a real uvicorn in a background thread of this process (its own event loop);
 ``running_server`` returns once ``/readyz`` answers 200, and stops the server on exit.
 For a separate process instead, run ``corl serve model --model DIR --port P``.
+
+``FakeBackend`` answers from a script instead of a model, records the texts it was given, and can
+be made slow, failing or hanging: the serving layer and everything above it run for real.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
-import httpx
 import uvicorn
-from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_fixed
+
+from corl.health import wait_healthy
 
 from .app import create_app
-from .backends.base import Backend
+from .backends.base import Backend, Completion, GenerateOutput, JudgeOutput, PromptOutput, SamplingParams, WeightFormat
 from .settings import ServerSettings
-
-
-class _NotReady(Exception):
-    pass
 
 
 @contextlib.contextmanager
@@ -43,20 +45,68 @@ def running_server(
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name=f"uvicorn-{port}", daemon=True)
     thread.start()
     url = f"http://127.0.0.1:{port}"
+
+    def alive() -> None:
+        if not thread.is_alive():
+            raise RuntimeError("model server thread exited during startup")
+
     try:
-        for attempt in Retrying(
-            stop=stop_after_delay(ready_timeout_s),
-            wait=wait_fixed(0.05),
-            retry=retry_if_exception_type((httpx.TransportError, _NotReady)),
-            reraise=True,
-        ):
-            with attempt:
-                if not thread.is_alive():
-                    raise RuntimeError("model server thread exited during startup")
-                if httpx.get(f"{url}/readyz", timeout=5.0).status_code != 200:
-                    raise _NotReady(url)
+        wait_healthy(f"{url}/readyz", ready_timeout_s, alive=alive, interval_s=0.05)
         yield url
     finally:
         server.should_exit = True
         thread.join(timeout=30)
         sock.close()
+
+
+class FakeBackend(Backend):
+    """Answers every prompt with ``answers`` (cycled; or ``answer(text)``), judges every text 0.25, and
+    records what it was given (``generated``: rendered prompts, ``judged``: rendered judge texts)."""
+
+    kind = "fake"
+
+    def __init__(
+        self,
+        answers: Sequence[str] = ("46",),
+        *,
+        name: str = "fake",
+        tokenizer: Any = None,
+        answer: Callable[[str], str] | None = None,
+        fail: bool = False,
+        hang: bool = False,
+    ) -> None:
+        super().__init__("unused", name)
+        self.tokenizer = tokenizer
+        self.answers, self.answer, self.fail, self.hang = list(answers), answer, fail, hang
+        self.loaded = asyncio.Event()
+        self.block_start = False
+        self.generated: list[str] = []
+        self.judged: list[str] = []
+
+    weight_version = property(lambda self: 0)  # type: ignore[assignment]
+
+    async def start(self) -> None:
+        if self.block_start:
+            await self.loaded.wait()
+
+    async def close(self) -> None:
+        pass
+
+    async def generate(self, prompts: Sequence[str], params: SamplingParams) -> GenerateOutput:
+        if self.hang:
+            await asyncio.sleep(3600)
+        if self.fail:
+            raise RuntimeError("CUDA error: device lost")
+        self.generated += prompts
+        outputs = []
+        for text in prompts:
+            texts = [self.answer(text) if self.answer else self.answers[i % len(self.answers)] for i in range(params.n)]
+            outputs.append(PromptOutput([1, 2], [Completion(t, [1], [-0.1], "stop") for t in texts]))
+        return GenerateOutput(0, outputs)
+
+    async def judge(self, texts: Sequence[str], correct_token: str, incorrect_token: str) -> JudgeOutput:
+        self.judged += texts
+        return JudgeOutput(0, [0.25 for _ in texts])
+
+    async def load_weights(self, version: int, path: str, fmt: WeightFormat, sha256: str) -> float:
+        raise NotImplementedError

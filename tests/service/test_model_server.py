@@ -57,6 +57,51 @@ async def test_concurrent_requests_are_batched(client: httpx.AsyncClient, model_
     assert merged == 8 and calls < 8, f"{merged} requests in {calls} backend calls: nothing was merged"
 
 
+async def test_trainer_recomputes_the_servers_top_p_log_probs(
+    client: httpx.AsyncClient, model_app: FastAPI, make_weights: WeightsFactory
+) -> None:
+    """The sampling log-probs a server returns for top_p < 1 are what the trainer recomputes from the
+    batch's sampling block on the same weights (the off-policy ratio is 1 on-policy)."""
+    import torch
+
+    from corl.proto import PromptGroup, SamplingSettings
+    from corl.trainer.collate import pack
+    from corl.trainer.losses import response_logps
+
+    path, sha = make_weights(7)  # peaked distributions: a clear top-p nucleus
+    assert (
+        await client.post("/v1/weights", json={"version": 1, "uri": str(path), "sha256": sha}, headers=AUTH)
+    ).status_code == 200
+    sampling = SamplingSettings(temperature=0.9, top_p=0.6, max_tokens=6)
+    req = {"prompts": ["12+34=", "7+8=", "1+1="], "n": 4, "seed": 3, **sampling.model_dump()}
+    resp = GenerateResponse.model_validate((await client.post("/v1/generate", json=req)).json())
+    rows = []
+    for i, pr in enumerate(resp.results):
+        samples = [
+            {
+                "sample_id": f"{i}-{j}",
+                "response": smp.text,
+                "response_token_ids": smp.token_ids,
+                "logprobs": smp.logprobs,
+                "finish_reason": smp.finish_reason,
+                "weight_version": resp.weight_version,
+                "reward": 0.0,
+            }
+            for j, smp in enumerate(pr.samples)
+        ]
+        group = PromptGroup(group_id=str(i), prompt=pr.prompt, prompt_token_ids=pr.prompt_token_ids, samples=samples)
+        rows += [(group, smp) for smp in group.samples]
+    batch = pack(rows, model_app.state.serving.backend.tokenizer.pad_token_id)
+    model = model_app.state.serving.backend._active.model
+    with torch.no_grad():
+        ids, attn, t = batch.input_ids, batch.attention_mask, batch.response_len
+        logps, _ = response_logps(model, ids, attn, t, temperature=sampling.temperature, top_p=sampling.top_p)
+        untruncated, _ = response_logps(model, ids, attn, t, temperature=sampling.temperature)
+    mask = batch.response_mask
+    assert float(((logps - batch.old_logps) * mask).abs().max()) < 1e-4
+    assert float(((untruncated - batch.old_logps) * mask).abs().max()) > 1e-2  # top-p really mattered
+
+
 async def test_vote_grade_scores_in_unit_interval(client: httpx.AsyncClient) -> None:
     items = [{"prompt": "12+34=", "response": "46"}, {"prompt": "12+34=", "response": "no answer"}]
     r = await client.post("/v1/grade", json={"task": "addition", "items": items, "mode": "vote", "n_votes": 4})
@@ -75,7 +120,7 @@ async def test_judge_grade_is_normalised_verdict_probability(client: httpx.Async
     assert r.status_code == 200, r.text
     score = r.json()["scores"][0]
     backend = model_app.state.serving.backend
-    tok, model = backend._tokenizer, backend._active.model
+    tok, model = backend.tokenizer, backend._active.model
     ids = tok("12+34=46?", return_tensors="pt", add_special_tokens=False)["input_ids"]
     with torch.no_grad():
         p = model(ids).logits[0, -1].softmax(-1)

@@ -3,58 +3,15 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import httpx
 import pytest
 
 from corl.services.model.app import create_app
-from corl.services.model.backends.base import (
-    Backend,
-    Completion,
-    GenerateOutput,
-    JudgeOutput,
-    PromptOutput,
-    SamplingParams,
-    WeightFormat,
-)
 from corl.services.model.settings import ServerSettings
-
-
-class FakeBackend(Backend):
-    """Answers every prompt with ``answers`` (cycled); behaviour switches make it slow or broken."""
-
-    kind = "fake"
-
-    def __init__(self, answers: Sequence[str] = ("46",), *, fail: bool = False, hang: bool = False) -> None:
-        super().__init__("unused", "fake")
-        self.answers, self.fail, self.hang = list(answers), fail, hang
-        self.loaded = asyncio.Event()
-        self.block_start = False
-
-    weight_version = property(lambda self: 0)  # type: ignore[assignment]
-
-    async def start(self) -> None:
-        if self.block_start:
-            await self.loaded.wait()
-
-    async def close(self) -> None:
-        pass
-
-    async def generate(self, prompts: Sequence[str], params: SamplingParams) -> GenerateOutput:
-        if self.hang:
-            await asyncio.sleep(3600)
-        if self.fail:
-            raise RuntimeError("CUDA error: device lost")
-        comps = [Completion(self.answers[i % len(self.answers)], [1], [-0.1], "stop") for i in range(params.n)]
-        return GenerateOutput(0, [PromptOutput([1, 2], comps) for _ in prompts])
-
-    async def judge(self, texts: Sequence[str], correct_token: str, incorrect_token: str) -> JudgeOutput:
-        return JudgeOutput(0, [0.25 for _ in texts])
-
-    async def load_weights(self, version: int, path: str, fmt: WeightFormat, sha256: str) -> float:
-        raise NotImplementedError
+from corl.services.model.testing import FakeBackend
 
 
 @asynccontextmanager

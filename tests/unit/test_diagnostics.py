@@ -8,15 +8,7 @@ import math
 
 import pytest
 
-from corl.rewards import (
-    CollapseDetector,
-    agreement_matrix,
-    answer_stats,
-    cohort_diversity,
-    diversity,
-    label_accuracy,
-    labelled_fraction,
-)
+from corl.rewards import diagnostics as d
 
 
 @pytest.mark.parametrize(
@@ -31,21 +23,21 @@ from corl.rewards import (
     ],
 )
 def test_answer_stats(samples: list[str | None], distinct: int, entropy: float) -> None:
-    got = answer_stats(samples)
+    got = d.answer_stats(samples)
     assert got[0] == distinct
     assert got[1] == pytest.approx(entropy)
 
 
 def test_diversity_is_mean_distinct_rate_and_entropy() -> None:
-    rate, entropy = diversity([["1", "1", "1", "1"], ["1", "2", "3", "4"]])
+    rate, entropy = d.diversity([["1", "1", "1", "1"], ["1", "2", "3", "4"]])
     assert rate == pytest.approx((1 / 4 + 4 / 4) / 2)
     assert entropy == pytest.approx(math.log(4) / 2)
-    assert diversity([]) == (0.0, 0.0)
+    assert d.diversity([]) == (0.0, 0.0)
 
 
 def test_agreement_matrix() -> None:
     labels = {"a": ["1", "2", None, "4"], "b": ["1", "3", None, "4"], "c": [None, "2", "3", "5"]}
-    m = agreement_matrix(labels)
+    m = d.agreement_matrix(labels)
     assert m["a"]["b"] == m["b"]["a"] == pytest.approx(2 / 4)
     assert m["a"]["c"] == pytest.approx(1 / 4)
     assert m["b"]["c"] == 0.0
@@ -54,9 +46,9 @@ def test_agreement_matrix() -> None:
 
 
 def test_cohort_diversity_and_labelled_fraction() -> None:
-    assert cohort_diversity({"a": ["1", "1"], "b": ["1", "2"]}) == pytest.approx((1 + 2) / 4)
-    assert labelled_fraction(["1", None, None, "2"]) == 0.5
-    assert labelled_fraction([]) == 0.0
+    assert d.cohort_diversity({"a": ["1", "1"], "b": ["1", "2"]}) == pytest.approx((1 + 2) / 4)
+    assert d.labelled_fraction(["1", None, None, "2"]) == 0.5
+    assert d.labelled_fraction([]) == 0.0
 
 
 @pytest.mark.parametrize(
@@ -69,12 +61,12 @@ def test_cohort_diversity_and_labelled_fraction() -> None:
     ],
 )
 def test_label_accuracy(labels: list[str | None], truth: list[str | None], expected: float | None) -> None:
-    got = label_accuracy(labels, truth)
+    got = d.label_accuracy(labels, truth)
     assert got == (None if expected is None else pytest.approx(expected))
 
 
 def test_collapse_alarm_fires_below_fraction_of_start(caplog: pytest.LogCaptureFixture) -> None:
-    det = CollapseDetector(collapse_fraction=0.5)
+    det = d.CollapseDetector(collapse_fraction=0.5)
     assert det.update("a", 0.8) is False  # sets the start
     assert det.update("a", 0.5) is False
     with caplog.at_level(logging.WARNING, logger="corl.rewards.diagnostics"):
@@ -89,7 +81,7 @@ def test_collapse_alarm_fires_below_fraction_of_start(caplog: pytest.LogCaptureF
 
 
 def test_collapse_start_is_mean_of_warmup_rounds() -> None:
-    det = CollapseDetector(collapse_fraction=0.5, warmup_rounds=3)
+    det = d.CollapseDetector(collapse_fraction=0.5, warmup_rounds=3)
     for rate in (1.0, 0.6, 0.8):
         assert det.update("a", rate) is False
     assert det.start["a"] == pytest.approx(0.8)
@@ -98,11 +90,11 @@ def test_collapse_start_is_mean_of_warmup_rounds() -> None:
 
 
 def test_collapse_detector_snapshot_round_trip() -> None:
-    det = CollapseDetector(collapse_fraction=0.4, warmup_rounds=2)
+    det = d.CollapseDetector(collapse_fraction=0.4, warmup_rounds=2)
     det.update("a", 1.0)
     det.update("b", 1.0)
     det.update("b", 0.5)
     det.update("b", 0.1)
-    restored = CollapseDetector.from_snapshot(json.loads(json.dumps(det.snapshot())))
+    restored = d.CollapseDetector.from_snapshot(json.loads(json.dumps(det.snapshot())))
     assert restored.snapshot() == det.snapshot()
     assert restored.update("a", 1.0) is False and restored.start["a"] == 1.0

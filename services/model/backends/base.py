@@ -93,35 +93,14 @@ class Backend(abc.ABC):
     wants_batching: bool = True
 
     def __init__(self, model_dir: str, name: str, initial_version: int = 0) -> None:
+        self.name = name  # cohort member name
+        self.family = "unknown"  # config.model_type (gpt2, llama, ...), known once started
+        self.parameters = 0  # parameter count of the serving model, known once started
+        self.tokenizer: Any = None  # the member's Hugging Face tokenizer, loaded by ``start``
         self._model_dir = str(model_dir)
-        self._name = name
         self._initial_version = initial_version
-        # Filled by ``start``:
-        self._family = "unknown"
-        self._parameters = 0
-        self._tokenizer: Any = None
         self._reference: dict[str, tuple[int, ...]] = {}  # tensor name -> shape of the serving model
         self._aliases: dict[str, frozenset[str]] = {}  # names that share storage (tied embeddings)
-
-    @property
-    def name(self) -> str:
-        """Cohort member name."""
-        return self._name
-
-    @property
-    def family(self) -> str:
-        """Model family (``config.model_type``): gpt2, llama, qwen2, mamba, ..."""
-        return self._family
-
-    @property
-    def parameters(self) -> int:
-        """Parameter count of the serving model."""
-        return self._parameters
-
-    @property
-    def tokenizer(self) -> Any:
-        """The member's Hugging Face tokenizer (prompts are rendered with it; None before ``start``)."""
-        return self._tokenizer
 
     @property
     @abc.abstractmethod

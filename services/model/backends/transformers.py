@@ -96,10 +96,10 @@ class TransformersBackend(Backend):
     def _start_sync(self) -> None:
         if self._num_threads:
             torch.set_num_threads(self._num_threads)
-        self._tokenizer = AutoTokenizer.from_pretrained(self._model_dir)
+        self.tokenizer = AutoTokenizer.from_pretrained(self._model_dir)
         model = AutoModelForCausalLM.from_pretrained(self._model_dir).to(self._device).eval()  # type: ignore[arg-type]
-        self._family = str(model.config.model_type)
-        self._parameters = sum(p.numel() for p in model.parameters())
+        self.family = str(model.config.model_type)
+        self.parameters = sum(p.numel() for p in model.parameters())
         self._max_len = getattr(model.config, "n_positions", None) or getattr(
             model.config, "max_position_embeddings", None
         )
@@ -113,7 +113,7 @@ class TransformersBackend(Backend):
         self._takes_positions = "position_ids" in inspect.signature(model.forward).parameters
         self._active = _Slot(model, self._initial_version)
         self._spare = _Slot(copy.deepcopy(model), -1)
-        log.info("loaded %s (%s, %d parameters) on %s", self._name, self._family, self._parameters, self._device)
+        log.info("loaded %s (%s, %d parameters) on %s", self.name, self.family, self.parameters, self._device)
 
     async def close(self) -> None:
         self._infer.shutdown(wait=False, cancel_futures=True)
@@ -144,7 +144,7 @@ class TransformersBackend(Backend):
         try:
             results = sample(
                 slot.model,
-                self._tokenizer,
+                self.tokenizer,
                 prompts,
                 n=1 if greedy else params.n,
                 max_tokens=params.max_tokens,
@@ -172,13 +172,13 @@ class TransformersBackend(Backend):
         return await asyncio.get_running_loop().run_in_executor(self._infer, self._judge_sync, list(texts), ids)
 
     def _single_token(self, text: str) -> int:
-        return single_token_id(self._tokenizer, text, self._name)
+        return single_token_id(self.tokenizer, text, self.name)
 
     @torch.inference_mode()
     def _judge_sync(self, texts: list[str], ids: list[int]) -> JudgeOutput:
         slot = self._lease()
         try:
-            enc = self._tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(self._device)
+            enc = self.tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(self._device)
             inputs = {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"]}
             if self._takes_positions:  # left padding: positions count real tokens only
                 inputs["position_ids"] = (enc["attention_mask"].cumsum(-1) - 1).clamp(min=0)
@@ -214,7 +214,7 @@ class TransformersBackend(Backend):
             new.version = version
             self._spare, self._active = self._active, new
         seconds = time.perf_counter() - t0
-        log.info("%s: swapped to weight version %d (%s) in %.3fs", self._name, version, fmt, seconds)
+        log.info("%s: swapped to weight version %d (%s) in %.3fs", self.name, version, fmt, seconds)
         return seconds
 
     @staticmethod

@@ -118,20 +118,20 @@ class VLLMBackend(Backend):
             await self._engine.run(self._engine.llm.reset_prefix_cache())
         log.info(
             "vLLM serving %s (%s, %d parameters), version %d",
-            self._name,
-            self._family,
-            self._parameters,
+            self.name,
+            self.family,
+            self.parameters,
             self.weight_version,
         )
 
     def _read_model(self) -> None:
         from transformers import AutoConfig, AutoTokenizer
 
-        self._tokenizer = AutoTokenizer.from_pretrained(self._model_dir)
+        self.tokenizer = AutoTokenizer.from_pretrained(self._model_dir)
         config = AutoConfig.from_pretrained(self._model_dir)
-        self._family = str(config.model_type)
+        self.family = str(config.model_type)
         spec = weights.files_spec(weights_store.safetensors_files(self._model_dir))
-        self._parameters = sum(math.prod(s) for s in spec.values())
+        self.parameters = sum(math.prod(s) for s in spec.values())
         embed = next((k for k in spec if k.endswith(_EMBEDDINGS)), None)
         if getattr(config, "tie_word_embeddings", False) and embed and "lm_head.weight" not in spec:
             # A tied lm_head is saved once, as the embeddings; an update may carry either name.
@@ -189,7 +189,7 @@ class VLLMBackend(Backend):
         try:
             await self._engine.run(self._engine.llm.remove_lora(lora_id))
         except Exception:  # noqa: BLE001 - an adapter left loaded only costs memory until evicted
-            log.warning("%s: could not unload LoRA adapter %d", self._name, lora_id, exc_info=True)
+            log.warning("%s: could not unload LoRA adapter %d", self.name, lora_id, exc_info=True)
 
     @contextlib.asynccontextmanager
     async def _drained(self) -> AsyncIterator[None]:
@@ -223,7 +223,7 @@ class VLLMBackend(Backend):
             )
         except VLLMValidationError as err:  # e.g. vLLM caps temperature at 2: the caller's input, 422
             raise InvalidInputError(getattr(err, "parameter", None) or "body", f"vLLM backend: {err}") from None
-        ids = [self._tokenizer.encode(p, add_special_tokens=False) for p in prompts]
+        ids = [self.tokenizer.encode(p, add_special_tokens=False) for p in prompts]
         async with self._admitted() as serving:
             finals = await self._engine.run(self._run_all(ids, sp, serving.lora))
         outputs = []
@@ -236,7 +236,7 @@ class VLLMBackend(Backend):
         token_ids = [int(t) for t in c.token_ids]
         logprobs = [float(step[t].logprob) for step, t in zip(c.logprobs, token_ids, strict=True)]
         # With stop strings vLLM's text already ends before the stop string; its ids include it.
-        text = c.text if detokenized else self._tokenizer.decode(token_ids, skip_special_tokens=True)
+        text = c.text if detokenized else self.tokenizer.decode(token_ids, skip_special_tokens=True)
         return Completion(text, token_ids, logprobs, "stop" if c.finish_reason == "stop" else "length")
 
     async def _run_all(self, ids: list[list[int]], sp: Any, lora: Any) -> list[Any]:
@@ -272,7 +272,7 @@ class VLLMBackend(Backend):
             detokenize=False,
             output_kind=RequestOutputKind.FINAL_ONLY,
         )
-        ids = [self._tokenizer.encode(t, add_special_tokens=False) for t in texts]
+        ids = [self.tokenizer.encode(t, add_special_tokens=False) for t in texts]
         async with self._admitted() as serving:
             finals = await self._engine.run(self._run_all(ids, sp, serving.lora))
         scores = []
@@ -284,7 +284,7 @@ class VLLMBackend(Backend):
         return JudgeOutput(serving.version, scores)
 
     def _single_token(self, text: str) -> int:
-        return single_token_id(self._tokenizer, text, self._name)
+        return single_token_id(self.tokenizer, text, self.name)
 
     # --- weights ------------------------------------------------------------------------------
     async def load_weights(self, version: int, path: str, fmt: WeightFormat, sha256: str) -> float:
@@ -310,7 +310,7 @@ class VLLMBackend(Backend):
                 if old:
                     shutil.rmtree(old, ignore_errors=True)
             seconds = time.perf_counter() - t0
-            log.info("%s: swapped to weight version %d (%s) in %.3fs", self._name, version, fmt, seconds)
+            log.info("%s: swapped to weight version %d (%s) in %.3fs", self.name, version, fmt, seconds)
             return seconds
 
     async def _swap_full(self, version: int, path: str, checked: tuple[list[Any], weights.FileStates]) -> None:
@@ -327,12 +327,12 @@ class VLLMBackend(Backend):
             await self._engine.run(llm.collective_rpc("reload_weights", kwargs={"weights_path": path}))
             self._engine.weights_path = path
         except Exception as err:
-            log.exception("%s: loading %s into vLLM failed; restoring %s", self._name, path, previous)
+            log.exception("%s: loading %s into vLLM failed; restoring %s", self.name, path, previous)
             try:
                 await self._engine.run(llm.collective_rpc("reload_weights", kwargs={"weights_path": previous}))
             except Exception:
                 self._failed = f"weights could not be loaded nor restored: {err}"
-                log.exception("%s: restoring %s failed; backend marked failed", self._name, previous)
+                log.exception("%s: restoring %s failed; backend marked failed", self.name, previous)
             raise BackendError(f"vLLM could not load {path!r}: {err}") from err
         finally:
             # KV blocks cached for the old weights must not be reused by the new ones.
@@ -342,7 +342,7 @@ class VLLMBackend(Backend):
         from vllm.lora.request import LoRARequest
 
         # A new name and id per version: vLLM keys cached prefixes and loaded adapters on them.
-        request = LoRARequest(f"{self._name}-v{version}", self._engine.next_lora_id(), path)
+        request = LoRARequest(f"{self.name}-v{version}", self._engine.next_lora_id(), path)
         try:
             await self._engine.run(self._engine.llm.add_lora(request))
         except Exception as err:  # noqa: BLE001 - vLLM reports an unusable adapter in many ways
@@ -368,7 +368,7 @@ class VLLMBackend(Backend):
             merged = PeftModel.from_pretrained(base, path).merge_and_unload()
         except Exception as err:  # noqa: BLE001 - peft raises many types for a mismatched adapter
             raise WeightLoadError(f"adapter does not fit the serving model: {err}") from None
-        out = tempfile.mkdtemp(prefix=f"corl-{self._name}-merged-")
+        out = tempfile.mkdtemp(prefix=f"corl-{self.name}-merged-")
         try:
             merged.save_pretrained(out)
             weights.check_spec(weights.files_spec(weights_store.safetensors_files(out)), self._reference, self._aliases)

@@ -34,6 +34,7 @@ from corl.services.aggregator.metrics import AggregatorMetrics
 from corl.services.aggregator.prompts import build_prompt_source
 from corl.services.aggregator.rounds import RoundDriver
 from corl.services.aggregator.settings import AggregatorSettings
+from corl.services.aggregator.state import LearntState
 from corl.services.aggregator.store import RoundStore
 from corl.services.aggregator.testing import FakeCohort
 
@@ -76,7 +77,8 @@ async def bench_n(url: str, n: int, rounds: int) -> tuple[float, float, float, f
     sync = redis.Redis.from_url(url)
     async with httpx.AsyncClient(transport=transport) as http:
         store = RoundStore(r, cfg.run_id, stream_maxlen=1000, stats_maxlen=1000, marker_ttl_s=3600)
-        driver = RoundDriver(cfg, settings, store, MemberClient(http, settings.http, 10), source, AggregatorMetrics())
+        client, state = MemberClient(http, settings.http, 10), LearntState(cfg.reward, names)
+        driver = RoundDriver(cfg, settings, store, client, source, AggregatorMetrics(), state)
         await driver.start()
         for _ in range(3):  # warm-up
             await driver.run_round()

@@ -88,7 +88,11 @@ if set(REWARD_MODES) != set(get_args(RewardModeName)):
 
 def markdown_table() -> str:
     """The README's table of reward modes, generated from this one."""
+    from corl.config import RewardConfig
+
+    default = RewardConfig().mode
     rows = ["| mode | reward of a sample | uses labels? |", "|---|---|---|"]
     for m in _MODES:
-        rows.append(f"| `{m.name}` | {m.description} | {'yes' if m.uses_labels else 'no'} |")
+        name = f"`{m.name}`" + (" (default)" if m.name == default else "")
+        rows.append(f"| {name} | {m.description} | {'yes' if m.uses_labels else 'no'} |")
     return "\n".join(rows)

@@ -90,6 +90,15 @@ class ReliabilityConfig(_Section):
     floor: float = Field(default=0.05, ge=0.0, le=1.0)
     probation_weight: float = Field(default=0.1, ge=0.0, le=1.0)
     quarantine_below: float = Field(default=0.2, ge=0.0, le=1.0)
+    grounding: Literal["votes", "judges"] = Field(
+        default="votes",
+        description="What a judge's scores are checked against: votes: the cohort's answer-level vote "
+        "consensus on prompts where it is confident (label-free, and right far more often than weak judges); "
+        "judges: the leave-one-out consensus of the other judges' scores (for tasks without answers).",
+    )
+    min_consensus: float = Field(
+        default=0.5, gt=0.0, le=1.0, description="votes grounding: plurality share of valid votes that counts."
+    )
 
 
 class RewardConfig(_Section):

@@ -1,9 +1,11 @@
 """Online reliability of graders (cohort members or external agents).
 
-A grader's weight is an exponential moving average of its *chance-corrected* agreement with the
-leave-one-out consensus of the other graders: ``1 - D_obs / D_exp``, where ``D_obs`` is its mean
-absolute distance to the consensus on the responses it graded and ``D_exp`` the same distance
-with responses paired at random (Krippendorff-style). Raw ``1 - |score - consensus|`` would give
+A grader's weight is an exponential moving average of its *chance-corrected* agreement with a
+reference: by default the cohort's answer-level vote consensus (``vote_grounded_agreements``),
+else the leave-one-out consensus of the other graders' scores (``grade_agreements``). Agreement is
+``1 - D_obs / D_exp``, where ``D_obs`` is its mean absolute distance to the reference on the
+responses it graded and ``D_exp`` the same distance with responses paired at random
+(Krippendorff-style). Raw ``1 - |score - consensus|`` would give
 a grader that always answers 1.0 about 0.5 and a random one about 0.67; chance correction gives
 both about 0, while honest noisy graders keep a clearly positive weight.
 
@@ -217,6 +219,63 @@ def grade_agreements(
     agreements = {}
     for g, (mine, cons) in pairs.items():
         a = chance_corrected_agreement(mine, cons)
+        if a is not None:
+            agreements[g] = a
+    return agreements
+
+
+def vote_consensus(
+    answers: Mapping[str, Sequence[Sequence[str | None]]], prompt: int, *, leave_out: str | None, min_share: float
+) -> str | None:
+    """The plurality of every member's valid answers to ``prompt`` (``leave_out``'s excluded), when
+    it holds at least ``min_share`` of those votes and is not tied; else None."""
+    votes = [a for m, rows in answers.items() if m != leave_out for a in rows[prompt] if a is not None]
+    top = plurality(votes)
+    if top is None or votes.count(top) < min_share * len(votes):
+        return None
+    return top
+
+
+def vote_grounded_agreements(
+    grades: Mapping[str, Sequence[Sequence[Mapping[str, float]]]],
+    answers: Mapping[str, Sequence[Sequence[str | None]]],
+    *,
+    min_share: float = 0.5,
+) -> dict[str, float]:
+    """Each judge's chance-corrected agreement with the cohort's *vote* consensus, without labels.
+
+    ``grades``: author -> [prompt][sample] -> {grader: score}; ``answers``: member -> [prompt][sample]
+    canonical answers. A response's verdict is 1 when its answer equals the plurality of the members'
+    answers to its prompt, else 0; only prompts where that plurality is confident (``min_share`` of
+    the valid votes) count. A member judge is checked against the consensus of the *other*
+    members' answers. The answer-level consensus is right far more often than weak judges' scores,
+    so a careful outside grader earns weight even when the members judge poorly, while constant,
+    random or inverted graders score about 0 (chance correction). Authors' grades of their own
+    responses are ignored.
+    """
+    cache: dict[tuple[int, str | None], str | None] = {}
+
+    def consensus(p: int, grader: str) -> str | None:
+        key = (p, grader if grader in answers else None)
+        if key not in cache:
+            cache[key] = vote_consensus(answers, p, leave_out=key[1], min_share=min_share)
+        return cache[key]
+
+    pairs: dict[str, tuple[list[float], list[float]]] = {}
+    for author, prompts in grades.items():
+        for p, samples in enumerate(prompts):
+            for s, by_grader in enumerate(samples):
+                answer = answers[author][p][s]
+                for g, score in by_grader.items():
+                    c = consensus(p, g) if g != author else None
+                    if c is None:
+                        continue
+                    mine, verdicts = pairs.setdefault(g, ([], []))
+                    mine.append(float(score))
+                    verdicts.append(1.0 if answer == c else 0.0)
+    agreements = {}
+    for g, (mine, verdicts) in pairs.items():
+        a = chance_corrected_agreement(mine, verdicts)
         if a is not None:
             agreements[g] = a
     return agreements

@@ -18,7 +18,7 @@ from corl.tasks import Task, extract_all
 
 from .diagnostics import agreement_matrix, answer_stats, cohort_diversity, label_accuracy
 from .modes import REWARD_MODES, RewardMode
-from .reliability import grade_agreements, peer_vote_agreements
+from .reliability import grade_agreements, peer_vote_agreements, vote_grounded_agreements
 from .votes import Answers, RewardInputs
 
 Grades = Mapping[str, Sequence[Sequence[Mapping[str, float]]]]  # author -> [prompt][sample] -> {grader: score}
@@ -122,7 +122,11 @@ def grade_round(
         members[m] = MemberOutcome(
             [list(r) for r in answers[m]], out.rewards[m], out.labels[m], out.pseudo_labels[m], diag, rate, accuracy
         )
-    if mode.judged:
+    rel = reward.reliability
+    if mode.judged and rel.grounding == "votes":
+        assert grades is not None
+        measured = vote_grounded_agreements(grades, answers, min_share=rel.min_consensus)
+    elif mode.judged:
         assert grades is not None
         scored = [g for a in present for row in grades[a] for g in row if len(g) >= 2]
         measured = grade_agreements(scored, learnt_weights if learnt_weights is not None else weights)

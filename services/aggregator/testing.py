@@ -31,7 +31,8 @@ class FakeMember:
     name: str
     accuracy: float = 0.8
     weight_version: int = 0
-    judge: str = "honest"  # honest | always_one | random
+    judge: str = "honest"  # honest | noisy (honest with probability judge_accuracy, else random) | always_one | random
+    judge_accuracy: float = 0.6
     calls: int = 0
     grade_calls: int = 0
 
@@ -76,7 +77,7 @@ class FakeCohort:
                 right = it.response.strip() == str(truth)
                 if m.judge == "always_one":
                     scores.append(1.0)
-                elif m.judge == "random":
+                elif m.judge == "random" or (m.judge == "noisy" and rng.random() >= m.judge_accuracy):
                     scores.append(rng.random())
                 else:
                     scores.append(0.9 if right else 0.1)

@@ -258,3 +258,32 @@ def test_vote_agreement_is_relative_and_abstaining_is_not_disagreeing() -> None:
     # raw: a 2/4 (LOO of b, c: 1, 2, 9, 8), b 2/4, c 1/1 -> relative to the best (c)
     assert used == {"a": 0.5, "b": 0.5, "c": 1.0}
     assert rel.observations == {"a": 1, "b": 1, "c": 1}
+
+
+def test_vote_grounded_agreement_trusts_graders_that_match_the_cohorts_answers() -> None:
+    """The reference is the members' answer-level consensus: a grader scoring by it agrees fully;
+    constant, random and inverted graders score about 0; unconfident prompts do not count."""
+    from corl.rewards.reliability import vote_grounded_agreements
+
+    rng = random.Random(3)
+    answers: dict[str, list[list[str | None]]] = {m: [] for m in ("a", "b", "c")}
+    grades: dict[str, list[list[dict[str, float]]]] = {m: [] for m in answers}
+    for p in range(20):
+        truth = str(p)
+        for m in answers:
+            row = [truth if rng.random() < 0.7 else str(100 + rng.randint(0, 9)) for _ in range(6)]
+            answers[m].append(row)  # type: ignore[arg-type]
+            graded = []
+            for ans in row:
+                right = ans == truth
+                graded.append(
+                    {"careful": float(right), "yes": 1.0, "liar": float(not right), "dice": rng.random(), m: 1.0}
+                )
+            grades[m].append(graded)
+    got = vote_grounded_agreements(grades, answers)
+    assert got["careful"] > 0.9
+    assert got["yes"] == pytest.approx(0.0) and got["liar"] == 0.0 and got["dice"] < 0.2
+    assert "a" not in got  # an author's grade of its own response never counts (and a, b, c only self-grade here)
+
+    split = {m: [["1", "1", "2", "2"]] for m in answers}  # a tie: no confident consensus, nothing measured
+    assert vote_grounded_agreements({m: [[{"careful": 1.0}] * 4] for m in answers}, split) == {}

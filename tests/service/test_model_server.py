@@ -63,6 +63,7 @@ async def test_trainer_recomputes_the_servers_top_p_log_probs(
     """The sampling log-probs a server returns for top_p < 1 are what the trainer recomputes from the
     batch's sampling block on the same weights (the off-policy ratio is 1 on-policy)."""
     import torch
+    from transformers import AutoModelForCausalLM
 
     from corl.proto import PromptGroup, SamplingSettings
     from corl.trainer.collate import pack
@@ -92,13 +93,14 @@ async def test_trainer_recomputes_the_servers_top_p_log_probs(
         group = PromptGroup(group_id=str(i), prompt=pr.prompt, prompt_token_ids=pr.prompt_token_ids, samples=samples)
         rows += [(group, smp) for smp in group.samples]
     batch = pack(rows, model_app.state.serving.backend.tokenizer.pad_token_id)
-    model = model_app.state.serving.backend._active.model
+    # The trainer's view: the same weights loaded by transformers, whatever backend served them.
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
     with torch.no_grad():
         ids, attn, t = batch.input_ids, batch.attention_mask, batch.response_len
         logps, _ = response_logps(model, ids, attn, t, temperature=sampling.temperature, top_p=sampling.top_p)
         untruncated, _ = response_logps(model, ids, attn, t, temperature=sampling.temperature)
     mask = batch.response_mask
-    assert float(((logps - batch.old_logps) * mask).abs().max()) < 1e-4
+    assert float(((logps - batch.old_logps) * mask).abs().max()) < 1e-3  # float tolerance across kernels
     assert float(((untruncated - batch.old_logps) * mask).abs().max()) > 1e-2  # top-p really mattered
 
 

@@ -222,7 +222,7 @@ class VLLMBackend(Backend):
                 output_kind=RequestOutputKind.FINAL_ONLY,
             )
         except VLLMValidationError as err:  # e.g. vLLM caps temperature at 2: the caller's input, 422
-            raise InvalidInputError(getattr(err, "parameter", None) or "body", f"vLLM backend: {err}") from None
+            raise InvalidInputError(f"vLLM backend: {err}", getattr(err, "parameter", None) or "body") from None
         ids = [self.tokenizer.encode(p, add_special_tokens=False) for p in prompts]
         async with self._admitted() as serving:
             finals = await self._engine.run(self._run_all(ids, sp, serving.lora))

@@ -51,7 +51,8 @@ def error_response(
 
 
 def _field_of(loc: tuple[object, ...]) -> str:
-    parts = [str(p) for p in loc if p not in ("body", "query", "path", "header")]
+    # Only the first element names where the value came from: a body field may be called "query".
+    parts = [str(p) for p in (loc[1:] if loc and loc[0] in ("body", "query", "path", "header") else loc)]
     return ".".join(parts) or "body"
 
 

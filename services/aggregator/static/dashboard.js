@@ -5,11 +5,12 @@
   const URL_ = "v1/runs/" + encodeURIComponent(RUN) + "/dashboard";
   const POLL_MS = 2000;
   const COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf"];
+  const UNIT = [0, 1];
   const CHARTS = [
-    { key: "mean_reward", title: "mean reward" },
-    { key: "label_rate", title: "labelled fraction" },
-    { key: "distinct_answers", title: "distinct answers per G samples" },
-    { key: "pseudo_label_accuracy", title: "pseudo-label accuracy (diagnostic)" },
+    { key: "mean_reward", title: "mean reward", range: UNIT },
+    { key: "label_rate", title: "labelled fraction", range: UNIT },
+    { key: "distinct_answers", title: "distinct answers per G samples", range: null },
+    { key: "pseudo_label_accuracy", title: "pseudo-label accuracy (diagnostic)", range: UNIT },
   ];
   const plots = {};
   let plotMembers = "";
@@ -27,7 +28,7 @@
     return [view.rounds.map((r) => r.round), view.rounds.map((r) => r.cohort_diversity)];
   }
 
-  function makePlot(title, labels, data) {
+  function makePlot(title, labels, data, range) {
     const box = document.createElement("div");
     box.className = "chart";
     const h = document.createElement("h3");
@@ -35,8 +36,8 @@
     box.appendChild(h);
     document.getElementById("charts").appendChild(box);
     const opts = {
-      width: 440, height: 220,
-      scales: { x: { time: false } },
+      width: Math.max(320, box.clientWidth - 14), height: 220,
+      scales: { x: { time: false }, y: range ? { range: range } : {} },
       axes: [{ label: "round" }, {}],
       series: [{ label: "round" }, ...labels.map((l, i) => ({ label: l, stroke: COLORS[i % COLORS.length], width: 2, spanGaps: true }))],
     };
@@ -48,8 +49,8 @@
     if (names.join(",") !== plotMembers) {
       document.getElementById("charts").replaceChildren();
       for (const k in plots) delete plots[k];
-      for (const c of CHARTS) plots[c.key] = makePlot(c.title, names, series(view, names, c.key));
-      plots.diversity = makePlot("cohort diversity (distinct pseudo-labels / members)", ["cohort"], diversity(view));
+      for (const c of CHARTS) plots[c.key] = makePlot(c.title, names, series(view, names, c.key), c.range);
+      plots.diversity = makePlot("cohort diversity (distinct pseudo-labels / members)", ["cohort"], diversity(view), UNIT);
       plotMembers = names.join(",");
       return;
     }

@@ -140,3 +140,22 @@ async def test_slow_or_down_members_give_503_not_a_hang(redis_url: str) -> None:
         down = await c.post("/v1/reward", json={"prompt": "02+02=", "response": "4"})
     assert slow.status_code == 503 and "within 0.3s" in slow.json()["error"]["message"]
     assert down.status_code == 503 and ErrorResponse.model_validate(down.json()).error.type == "unavailable"
+
+
+async def test_a_rollout_batch_has_its_own_body_bound(redis_url: str) -> None:
+    # 256 responses of 4 KiB each (a CoT-sized batch) pass the 1 MiB bound of the grading routes.
+    pad = " " * 4096
+    big = {"query": [f"12+34=46{pad}"] * 256, "prompts": ["12+34="] * 256, "labels": [None] * 256}
+    settings: dict[str, Any] = {"grading": {"max_body_bytes": 1 << 20}, "reward_server": {"max_body_bytes": 2 << 20}}
+    async with aggregator(make_config(["a", "b"]), FakeCohort.of("a", "b", accuracy=1.0), redis_url, **settings) as (
+        _,
+        c,
+    ):
+        ok = await c.post("/get_reward", json=big)
+        too_big = await c.post("/get_reward", json={**big, "query": big["query"] * 2, "prompts": big["prompts"] * 2})
+        graders = await c.post(
+            "/v1/graders", content=b"x" * (1 << 20) + b"x", headers={"content-type": "application/json"}
+        )
+    assert ok.status_code == 200 and ok.json()["rewards"] == [1.0] * 256
+    assert too_big.status_code == 413 and too_big.json()["error"]["type"] == "payload_too_large"
+    assert graders.status_code == 413  # the other routes keep their own bound

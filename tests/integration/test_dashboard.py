@@ -47,8 +47,10 @@ async def test_dashboard_json_has_what_the_page_shows(redis_url: str) -> None:
     fake.members["a"].weight_version = 7
     fake.down.add("c")
     async with aggregator(cfg, fake, redis_url, http={"attempts": 1}) as (svc, c):
-        for _ in range(3):
+        for _ in range(2):
             assert (await svc.driver.run_round()).status == "ok"
+        before = DashboardView.model_validate((await c.get(f"/v1/runs/{cfg.run_id}/dashboard")).json())
+        assert (await svc.driver.run_round()).status == "ok"
         # The run's evaluator (corl run's monitor) reports held-out accuracy through Redis.
         monitor = RunMonitor(cfg.model_copy(update={"redis_url": redis_url}), "http://unused", RunOptions())
         try:
@@ -59,6 +61,8 @@ async def test_dashboard_json_has_what_the_page_shows(redis_url: str) -> None:
         other = await c.get("/v1/runs/nope/dashboard")
     assert r.status_code == 200, r.text
     view = DashboardView.model_validate(r.json())
+    # The view follows the run: the poll after one more round has it.
+    assert (before.next_round, len(before.rounds)) == (2, 2) and view.updated_at >= before.updated_at
     assert view.run_id == cfg.run_id and view.next_round == 3 and [x.round for x in view.rounds] == [0, 1, 2]
     by = {m.name: m for m in view.members}
     assert list(by) == ["a", "b", "c"]

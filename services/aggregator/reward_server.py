@@ -150,7 +150,7 @@ class RewardServer:
                 extract_all, self.task, [(p, str(lab)) for p, lab in zip(prompts, labels, strict=True)]
             )
             rewards = label_rewards(answers, truth)
-            return Scored(rewards, rewards, answers, truth, {})
+            return Scored(rewards, rewards, answers, [None] * len(prompts), {})  # the cohort was not asked
         if mode == "judge":
             judged, judges = await self._judge(prompts, responses)
             return Scored(judged, judged, answers, [None] * len(prompts), judges)

@@ -145,17 +145,45 @@ async def test_slow_or_down_members_give_503_not_a_hang(redis_url: str) -> None:
 async def test_a_rollout_batch_has_its_own_body_bound(redis_url: str) -> None:
     # 256 responses of 4 KiB each (a CoT-sized batch) pass the 1 MiB bound of the grading routes.
     pad = " " * 4096
-    big = {"query": [f"12+34=46{pad}"] * 256, "prompts": ["12+34="] * 256, "labels": [None] * 256}
+    queries, prompts = [f"12+34=46{pad}"] * 256, ["12+34="] * 256
+    big: dict[str, Any] = {"query": queries, "prompts": prompts, "labels": [None] * 256}
     settings: dict[str, Any] = {"grading": {"max_body_bytes": 1 << 20}, "reward_server": {"max_body_bytes": 2 << 20}}
     async with aggregator(make_config(["a", "b"]), FakeCohort.of("a", "b", accuracy=1.0), redis_url, **settings) as (
         _,
         c,
     ):
         ok = await c.post("/get_reward", json=big)
-        too_big = await c.post("/get_reward", json={**big, "query": big["query"] * 2, "prompts": big["prompts"] * 2})
+        too_big = await c.post("/get_reward", json={"query": queries * 2, "prompts": prompts * 2})
         graders = await c.post(
             "/v1/graders", content=b"x" * (1 << 20) + b"x", headers={"content-type": "application/json"}
         )
     assert ok.status_code == 200 and ok.json()["rewards"] == [1.0] * 256
     assert too_big.status_code == 413 and too_big.json()["error"]["type"] == "payload_too_large"
     assert graders.status_code == 413  # the other routes keep their own bound
+
+
+async def test_member_sampling_is_bounded(redis_url: str) -> None:
+    fake = FakeCohort.of("a", "b", accuracy=1.0)
+    fake.slow = {"a": 0.05}
+    in_flight, peak = 0, 0
+    handle = fake.handle
+
+    async def counting(request: Any) -> Any:
+        nonlocal in_flight, peak
+        if request.url.host == "a.fake":
+            in_flight += 1
+            peak = max(peak, in_flight)
+        try:
+            return await handle(request)
+        finally:
+            if request.url.host == "a.fake":
+                in_flight -= 1
+
+    fake.handle = counting  # type: ignore[method-assign]
+    settings = {"reward_server": {"max_concurrency": 2, "max_prompts_per_call": 1}}
+    prompts = [f"{i:02d}+01=" for i in range(8)]
+    body = {"query": [f"{p}{int(p[:2]) + 1}" for p in prompts], "prompts": prompts}
+    async with aggregator(make_config(["a", "b"]), fake, redis_url, **settings) as (_, c):
+        r = await c.post("/get_reward", json=body)
+    assert r.json()["rewards"] == [1.0] * 8
+    assert fake.members["a"].calls == 8 and peak == 2  # eight calls of one prompt each, two at a time

@@ -15,7 +15,11 @@ from corl.rewards.consensus import (
 
 
 def test_consensus_is_the_plurality_of_member_pseudo_labels() -> None:
-    answers = {"a": ["46", "46", "12", None], "b": ["46", "7", "46", "46"], "c": ["9", "9", "9", "46"]}
+    answers: dict[str, list[str | None]] = {
+        "a": ["46", "46", "12", None],
+        "b": ["46", "7", "46", "46"],
+        "c": ["9", "9", "9", "46"],
+    }
     c = cohort_consensus(answers)
     assert c.pseudo_labels == {"a": "46", "b": "46", "c": "9"}
     assert c.answer == "46"

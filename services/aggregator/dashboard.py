@@ -16,6 +16,13 @@ from corl.config import CohortConfig
 from corl.proto import DashboardView, MemberView, RunStats
 from corl.services.errors import NotFoundError
 
+# Vendored from the npm registry (`npm pack uplot@1.6.32`: dist/uPlot.iife.min.js, dist/uPlot.min.css,
+# LICENSE); a test pins these digests, so an upgrade is a deliberate change of both.
+UPLOT_SHA256 = {
+    "uPlot.iife.min.js": "19c8d4c6ad88929a79f4ae49d6f7161566dfd0ba3d15cc495e974f787eb78f1f",
+    "uPlot.min.css": "df630c6a8d6f8eeaff264b50f73ce5b114f646ffd9a0bb74f049b0a00135fa04",
+}
+
 ASSETS: dict[str, str] = {
     "dashboard.js": "text/javascript; charset=utf-8",
     "dashboard.css": "text/css; charset=utf-8",

@@ -3,6 +3,7 @@ the JSON it polls carries every field the page shows, from real rounds on fake m
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from pathlib import Path
@@ -13,6 +14,7 @@ from test_aggregator import aggregator, make_config, sync_redis
 from corl import redis_keys as keys
 from corl.embedded.run import RunMonitor, RunOptions, service_urls
 from corl.proto import DashboardView, ErrorResponse
+from corl.services.aggregator.dashboard import UPLOT_SHA256
 from corl.services.aggregator.testing import FakeCohort
 
 STATIC = Path(__file__).resolve().parents[2] / "services" / "aggregator" / "static"
@@ -39,6 +41,10 @@ async def test_page_and_assets_are_served_from_the_package(redis_url: str) -> No
         missing = await c.get("/dashboard/assets/..%2Fapp.py")
     assert missing.status_code == 404 and ErrorResponse.model_validate(missing.json()).error.type == "not_found"
     assert "MIT License" in (STATIC / "uPlot.LICENSE").read_text()
+    # The chart library is pinned: the vendored bytes are the ones of uPlot 1.6.32 on npm.
+    for name, digest in UPLOT_SHA256.items():
+        assert hashlib.sha256((STATIC / name).read_bytes()).hexdigest() == digest, name
+    assert (STATIC / "uPlot.iife.min.js").read_text().startswith("/*! https://github.com/leeoniya/uPlot (v1.6.32) */")
 
 
 async def test_dashboard_json_has_what_the_page_shows(redis_url: str) -> None:

@@ -9,7 +9,6 @@ import os
 import re
 import shutil
 import subprocess
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,11 +16,10 @@ from typing import Any
 
 import httpx
 import pytest
-import uvicorn
+from live_aggregator import serve
 from test_aggregator import ADMIN, make_config, sync_redis
 
 from corl import redis_keys as keys
-from corl.redis_server import free_port
 from corl.services.aggregator import AggregatorSettings, create_app
 from corl.services.aggregator.testing import FakeCohort, FakeMember
 
@@ -47,23 +45,11 @@ def live_aggregator(redis_url: str) -> Iterator[tuple[str, str]]:
         config=Path("/nonexistent.yaml"), redis_url=redis_url, admin_token=ADMIN, backpressure_poll_s=0.05
     )  # type: ignore[call-arg]
     app = create_app(settings, config=cfg, transport=fake.transport())
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    url = f"http://127.0.0.1:{port}"
-    try:
+    with serve(app) as url:
         deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            try:
-                stats = httpx.get(f"{url}/v1/runs/{cfg.run_id}/stats", timeout=2).json()
-                if stats.get("next_round") == ROUNDS:
-                    break
-            except (httpx.HTTPError, ValueError):
-                pass
+        while httpx.get(f"{url}/v1/runs/{cfg.run_id}/stats", timeout=5).json()["next_round"] < ROUNDS:
+            assert time.monotonic() < deadline, f"the aggregator did not run {ROUNDS} rounds"
             time.sleep(0.2)
-        else:
-            pytest.fail(f"the aggregator did not run {ROUNDS} rounds")
         grader = {"name": "outside-judge", "mode": "pull"}
         auth = {"Authorization": f"Bearer {ADMIN}"}
         assert httpx.post(f"{url}/v1/graders", json=grader, headers=auth, timeout=5).status_code == 201
@@ -72,9 +58,6 @@ def live_aggregator(redis_url: str) -> Iterator[tuple[str, str]]:
         for m, (acc, ver) in rec.items():
             r.hset(keys.heldout_accuracy(cfg.run_id), m, json.dumps({"accuracy": acc, "weight_version": ver}))
         yield url, cfg.run_id
-    finally:
-        server.should_exit = True
-        thread.join(timeout=30)
 
 
 def chromium(*args: str) -> subprocess.CompletedProcess[str]:

@@ -5,12 +5,16 @@ real Redis (the aggregator's lifespan needs it)."""
 from __future__ import annotations
 
 import asyncio
+import time
+from pathlib import Path
 from typing import Any
 
 import pytest
+from live_aggregator import serve
 from test_aggregator import aggregator, make_config
 
 from corl.proto import ErrorResponse, OpenRLHFRewardResponse, SlimeRewardResponse
+from corl.services.aggregator import AggregatorSettings, create_app
 from corl.services.aggregator.testing import FakeCohort
 
 # What OpenRLHF's remote_rm_fn posts (json={"query": queries, "prompts": prompts, "labels": labels}):
@@ -187,3 +191,25 @@ async def test_member_sampling_is_bounded(redis_url: str) -> None:
         r = await c.post("/get_reward", json=body)
     assert r.json()["rewards"] == [1.0] * 8
     assert fake.members["a"].calls == 8 and peak == 2  # eight calls of one prompt each, two at a time
+
+
+def test_running_aggregator_answers_openrlhf_and_slime_clients(redis_url: str) -> None:
+    """On a real socket, posted the way the clients post: OpenRLHF's request_api_wrapper uses
+    ``requests.post(url=..., json=data, headers={"Content-Type": "application/json"}, timeout=...)``
+    and reads ``response.json()[score_key]``; slime's remote_rm posts the sample dict as JSON."""
+    requests = pytest.importorskip("requests")  # what OpenRLHF posts with (a transformers dependency)
+
+    settings = AggregatorSettings(
+        config=Path("/nonexistent.yaml"), redis_url=redis_url, autostart=False, reward_server={"timeout_s": 5.0}
+    )  # type: ignore[call-arg]
+    app = create_app(settings, config=make_config(["a", "b", "c"]), transport=cohort().transport())
+    with serve(app) as url:
+        t0 = time.monotonic()
+        r = requests.post(
+            url=f"{url}/get_reward", json=OPENRLHF_BODY, headers={"Content-Type": "application/json"}, timeout=180
+        )
+        s = requests.post(f"{url}/v1/reward", json={"prompt": "50+50=", "response": "100", "label": "100"}, timeout=30)
+        elapsed = time.monotonic() - t0
+    r.raise_for_status()
+    assert r.json()["rewards"] == [1.0, 0.0, 0.0, 1.0, 1.0, 0.0]  # one per query, in order
+    assert s.json()["reward"] == 1.0 and elapsed < 5.0

@@ -108,5 +108,12 @@
     setTimeout(poll, POLL_MS);
   }
 
+  window.addEventListener("resize", () => {
+    for (const k in plots) {
+      const box = plots[k].root.parentNode;
+      plots[k].setSize({ width: Math.max(320, box.clientWidth - 14), height: 220 });
+    }
+  });
+
   poll();
 })();

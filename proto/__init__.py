@@ -36,6 +36,14 @@ from .grading import (
 )
 from .info import HealthResponse, InfoResponse, ReadyResponse
 from .modes import RewardModeName
+from .openai import (
+    ChatCompletion,
+    ChatCompletionChunk,
+    ChatCompletionRequest,
+    CompletionRequest,
+    ModelList,
+    TextCompletion,
+)
 from .weights import WeightFormat, WeightUpdateRequest, WeightUpdateResponse
 
 CONTRACT_VERSION = "2"
@@ -43,6 +51,12 @@ CONTRACT_VERSION = "2"
 __all__ = [
     "CONTRACT_VERSION",
     "BatchDiagnostics",
+    "ChatCompletion",
+    "ChatCompletionChunk",
+    "ChatCompletionRequest",
+    "CompletionRequest",
+    "ModelList",
+    "TextCompletion",
     "ErrorDetail",
     "ErrorResponse",
     "ErrorType",

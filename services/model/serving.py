@@ -7,9 +7,10 @@ free lives here (vote grading, bounds, timeouts, metrics), so backends stay smal
 from __future__ import annotations
 
 import asyncio
+import copy
 import logging
 from collections.abc import Awaitable, Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from corl.proto import (
     GenerateRequest,
@@ -44,6 +45,7 @@ class ModelServing:
         self._batcher: GenerateBatcher | None = None
         self._renderer: PromptRenderer | None = None
         self._tasks: dict[str, Task] = {}
+        self.detokenizer: Any = None
         self.start_error: BaseException | None = None
 
     # --- lifecycle ----------------------------------------------------------------------------
@@ -55,6 +57,9 @@ class ModelServing:
         try:
             await self.backend.start()
             self._renderer = PromptRenderer(self.backend.tokenizer)
+            # Decoding for the OpenAI routes runs in worker threads beside the inference thread, and a
+            # Rust tokenizer busy encoding cannot be borrowed at the same time: they get their own copy.
+            self.detokenizer = copy.deepcopy(self.backend.tokenizer)
         except Exception as err:
             self.start_error = err
             log.exception("backend failed to start")
@@ -143,6 +148,24 @@ class ModelServing:
             except ValueError as err:
                 raise InvalidInputError(str(err), "task") from None
         return self._tasks[name]
+
+    @property
+    def renderer(self) -> PromptRenderer:
+        self.require_ready()
+        assert self._renderer is not None
+        return self._renderer
+
+    async def sample(self, texts: list[str], params: SamplingParams, field: str) -> GenerateOutput:
+        """Rendered ``texts`` through the bounds, context check and batcher of ``/v1/generate`` (the
+        OpenAI routes' way in); ``field`` names the request field the texts came from."""
+        self._check_count(len(texts), field)
+        self._check_n(params.n, "n")
+        self._check_max_tokens(params.max_tokens, "max_tokens")
+        self.require_ready()
+        i = self.backend.too_long(texts, params.max_tokens)
+        if i is not None:
+            raise InvalidInputError(f"{field} plus {params.max_tokens} new tokens exceeds the model's context", field)
+        return await self._generate(texts, params)
 
     # --- endpoints ----------------------------------------------------------------------------
     async def generate(self, req: GenerateRequest) -> GenerateResponse:

@@ -165,6 +165,7 @@ class ModelServing:
         i = self.backend.too_long(texts, params.max_tokens)
         if i is not None:
             raise InvalidInputError(f"{field} plus {params.max_tokens} new tokens exceeds the model's context", field)
+        await self.backend.check_stop(params.stop)
         return await self._generate(texts, params)
 
     # --- endpoints ----------------------------------------------------------------------------
@@ -182,6 +183,7 @@ class ModelServing:
             stop=tuple(req.stop),
             seed=req.seed,
         )
+        await self.backend.check_stop(params.stop)
         out = await self._generate(texts, params)
         # One validation pass over the backend's objects (read by attribute): half the cost of building
         # 128 Sample models one by one, which is as much as the HTTP round trip itself.
@@ -217,6 +219,7 @@ class ModelServing:
         params = SamplingParams(
             n=req.n_votes, max_tokens=sp.max_tokens, temperature=sp.temperature, top_p=sp.top_p, stop=tuple(sp.stop)
         )
+        await self.backend.check_stop(params.stop, "sampling.stop")
         out = await self._generate(texts, params)
 
         def score() -> list[float]:  # answer extraction may run programs (code): off the event loop

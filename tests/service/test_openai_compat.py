@@ -119,6 +119,8 @@ def test_completions_with_prompts_n_logprobs_and_stop(oai: openai.OpenAI, server
         ("chat", {"n": 99}, openai.UnprocessableEntityError, "n"),
         ("chat", {"frequency_penalty": 0.5}, openai.UnprocessableEntityError, "frequency_penalty"),
         ("completions", {"max_tokens": 10_000}, openai.UnprocessableEntityError, "max_tokens"),
+        ("chat", {"stop": "\n"}, openai.UnprocessableEntityError, "stop"),  # no newline token: unmatchable
+        ("completions", {"echo": True}, openai.UnprocessableEntityError, "echo"),
     ],
 )
 def test_errors_reach_the_client_in_the_shared_shape(

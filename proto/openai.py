@@ -69,13 +69,15 @@ class ChatCompletionRequest(_Sampling):
     without one gets ``"<role>: <content>\\n"`` per message followed by ``"assistant:"``."""
 
     messages: list[ChatMessage] = Field(min_length=1)
-    max_tokens: int | None = Field(default=None, ge=1, description="Default: 16.")
+    max_tokens: int | None = Field(
+        default=None, ge=1, description="Default: the server's bound (CORL_MAX_TOKENS), less what the context lacks."
+    )
     max_completion_tokens: int | None = Field(default=None, ge=1, description="Newer name of max_tokens.")
     logprobs: bool = Field(default=False, description="Return each sampled token's log-prob.")
     top_logprobs: int | None = Field(default=None, ge=0, le=20, description="Only 0 is served (422 otherwise).")
 
-    def token_budget(self) -> int:
-        return self.max_completion_tokens or self.max_tokens or 16
+    def token_budget(self) -> int | None:
+        return self.max_completion_tokens or self.max_tokens
 
 
 class CompletionRequest(_Sampling):

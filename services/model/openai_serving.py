@@ -120,12 +120,20 @@ class OpenAIServing:
         if model != self._name:
             raise NotFoundError(f"model {model!r} is not served here; this server serves {self._name!r}", "model")
 
+    def _room(self, text: str) -> int:
+        """New tokens a chat gets when it names no limit: the server's bound, or what the context has left."""
+        bound, backend = self.serving.settings.max_tokens, self.serving.backend
+        if backend.max_context is None or backend.tokenizer is None:
+            return bound
+        used = len(backend.tokenizer(text, add_special_tokens=False)["input_ids"])
+        return max(1, min(bound, backend.max_context - used))
+
     async def _sample(
-        self, req: ChatCompletionRequest | CompletionRequest, texts: list[str], field: str
+        self, req: ChatCompletionRequest | CompletionRequest, texts: list[str], field: str, max_tokens: int
     ) -> tuple[GenerateOutput, list[list[Tokens]]]:
         params = SamplingParams(
             n=req.n,
-            max_tokens=req.token_budget() if isinstance(req, ChatCompletionRequest) else req.max_tokens,
+            max_tokens=max_tokens,
             temperature=req.temperature,
             top_p=req.top_p,
             stop=tuple(req.stop_strings()),
@@ -158,7 +166,7 @@ class OpenAIServing:
             text = self.serving.renderer.render_messages(messages)
         except ValueError as err:
             raise InvalidInputError(str(err), "messages") from None
-        out, splits = await self._sample(req, [text], "messages")
+        out, splits = await self._sample(req, [text], "messages", req.token_budget() or self._room(text))
         meta, usage = self._meta("chatcmpl", out), _usage(out)
         completions, tokens = out.outputs[0].completions, splits[0]
         logprobs = [
@@ -193,7 +201,7 @@ class OpenAIServing:
                 "logprobs",
             )
         prompts = req.prompts()
-        out, splits = await self._sample(req, prompts, "prompt")
+        out, splits = await self._sample(req, prompts, "prompt", req.max_tokens)
         meta, usage = self._meta("cmpl", out), _usage(out)
         choices: list[CompletionChoice] = []
         events: list[str] = []

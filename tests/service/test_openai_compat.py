@@ -71,6 +71,13 @@ def test_chat_n4_with_logprobs_and_weight_version(oai: openai.OpenAI, server: st
     assert greedy.choices[0].message.content == _generate(server, RENDERED)["text"]
 
 
+def test_chat_without_max_tokens_fills_the_context_up_to_the_bound(oai: openai.OpenAI) -> None:
+    resp = oai.chat.completions.create(model="tiny", messages=CHAT, n=4, temperature=1.0, seed=1, logprobs=True)
+    room = min(32, 64 - len(RENDERED))  # tiny: 64 positions, a server bound of 32 new tokens
+    lengths = {len(c.logprobs.content or []) for c in resp.choices if c.logprobs and c.finish_reason == "length"}
+    assert lengths == {room}, [(c.finish_reason, c.message.content) for c in resp.choices]
+
+
 def test_chat_stream_joins_to_the_completion(oai: openai.OpenAI) -> None:
     kw: dict[str, Any] = dict(model="tiny", messages=CHAT, n=2, max_tokens=12, temperature=0)
     whole = oai.chat.completions.create(**kw)

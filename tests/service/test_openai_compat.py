@@ -4,14 +4,15 @@ stream is being read."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import httpx
 import openai
 import pytest
-from openai.types.chat import ChatCompletionMessageParam
+from openai.types.chat import ChatCompletionChunk, ChatCompletionMessageParam
 
 from corl.services.model.settings import ServerSettings
 from corl.services.model.testing import running_server
@@ -78,7 +79,7 @@ def test_chat_without_max_tokens_fills_the_context_up_to_the_bound(oai: openai.O
     assert lengths == {room}, [(c.finish_reason, c.message.content) for c in resp.choices]
 
 
-def test_chat_stream_joins_to_the_completion(oai: openai.OpenAI) -> None:
+def test_chat_stream_joins_to_the_completion(oai: openai.OpenAI, server: str) -> None:
     kw: dict[str, Any] = dict(model="tiny", messages=CHAT, n=2, max_tokens=12, temperature=0)
     whole = oai.chat.completions.create(**kw)
     texts, finish, fingerprints, usage = ["", ""], [None, None], set(), None
@@ -95,6 +96,12 @@ def test_chat_stream_joins_to_the_completion(oai: openai.OpenAI) -> None:
     assert finish == [c.finish_reason for c in whole.choices]
     assert fingerprints == {"corl-w0"}
     assert usage == whole.usage
+    # On the wire: server-sent events, every one a data line, the last one OpenAI's end marker.
+    r = httpx.post(f"{server}/v1/chat/completions", json={**kw, "stream": True}, timeout=60)
+    assert r.headers["content-type"].startswith("text/event-stream")
+    events = r.text.split("\n\n")
+    assert events[-1] == "" and events[-2] == "data: [DONE]"
+    assert all(e.startswith("data: {") for e in events[:-2])
 
 
 def test_completions_with_prompts_n_logprobs_and_stop(oai: openai.OpenAI, server: str) -> None:
@@ -144,30 +151,48 @@ def test_errors_reach_the_client_in_the_shared_shape(
     assert body["type"] in ("invalid_request", "not_found")
 
 
+def _streamed(stream: Iterable[ChatCompletionChunk], n: int) -> tuple[set[str | None], list[str]]:
+    fingerprints, texts = set(), ["" for _ in range(n)]
+    for chunk in stream:
+        fingerprints.add(chunk.system_fingerprint)
+        for c in chunk.choices:
+            texts[c.index] += c.delta.content or ""
+    return fingerprints, texts
+
+
+def _swap(server: str, version: int, weights: tuple[Path, str]) -> None:
+    body = {"version": version, "uri": str(weights[0]), "sha256": weights[1], "format": "full"}
+    r = httpx.post(f"{server}/v1/weights", json=body, headers=AUTH, timeout=60)
+    assert r.status_code == 200, r.text
+
+
 def test_hot_swap_during_a_stream_keeps_one_weight_version(
     oai: openai.OpenAI, server: str, make_weights: Callable[..., tuple[Path, str]]
 ) -> None:
-    path, sha = make_weights(7)
-    kw: dict[str, Any] = dict(model="tiny", messages=CHAT, n=4, max_tokens=24, temperature=0)
-    before = oai.chat.completions.create(**kw)
+    # Seeded sampling: each version answers one way per choice, and the four choices differ.
+    kw: dict[str, Any] = dict(model="tiny", messages=CHAT, n=4, max_tokens=32, temperature=1.0, seed=11)
+
+    def texts_now() -> tuple[str | None, list[str]]:
+        r = oai.chat.completions.create(**kw)
+        return r.system_fingerprint, [c.message.content or "" for c in r.choices]
+
+    answers = dict([texts_now()])
+    # 1. The swap lands after the stream's first chunk: the rest still comes from version 0.
     raw = oai.chat.completions.with_raw_response.create(**kw, stream=True)
     assert raw.headers["x-corl-weight-version"] == "0"
     chunks = iter(raw.parse())
     first = next(chunks)
-    swap = httpx.post(
-        f"{server}/v1/weights",
-        json={"version": 1, "uri": str(path), "sha256": sha, "format": "full"},
-        headers=AUTH,
-        timeout=60,
-    )
-    assert swap.status_code == 200, swap.text
-    rest = list(chunks)
-    assert {c.system_fingerprint for c in [first, *rest]} == {"corl-w0"}
-    texts = ["" for _ in range(4)]
-    for chunk in [first, *rest]:
-        for c in chunk.choices:
-            texts[c.index] += c.delta.content or ""
-    assert texts == [c.message.content for c in before.choices], "the stream mixed weight versions"
-    after = oai.chat.completions.create(**kw)
-    assert after.system_fingerprint == "corl-w1"
-    assert [c.message.content for c in after.choices] != texts, "new weights changed nothing"
+    _swap(server, 1, make_weights(7))
+    fingerprints, texts = _streamed([first, *chunks], 4)
+    assert fingerprints == {"corl-w0"} and texts == answers["corl-w0"], "the stream mixed weight versions"
+    answers.update([texts_now()])
+    assert set(answers) == {"corl-w0", "corl-w1"} and answers["corl-w1"] != texts, "new weights changed nothing"
+    # 2. The swap races the stream's generation: whichever version serves it serves all of it.
+    weights = make_weights(8)  # before: the server shares this process's torch RNG with the seeded stream
+    with ThreadPoolExecutor(1) as pool:
+        streamed = pool.submit(lambda: _streamed(oai.chat.completions.create(**kw, stream=True), 4))
+        _swap(server, 2, weights)
+        fingerprints, texts = streamed.result(timeout=60)
+    answers.update([texts_now()])
+    assert len(fingerprints) == 1 and fingerprints <= {"corl-w1", "corl-w2"}, fingerprints
+    assert texts == answers[fingerprints.pop()]

@@ -51,12 +51,15 @@ class Tokens:
     names: list[str]
 
 
+_UNSPLIT = Tokens([], [])
+
+
 def split_tokens(tokenizer: Any, completion: Completion) -> Tokens:
     """Deltas by decoding growing prefixes (multi-byte characters appear once complete), clipped to
     the final text, which excludes the end token and the stop string."""
     ids, text = completion.token_ids, completion.text
-    if tokenizer is None:  # an engine without a tokenizer here: the whole text arrives at once
-        return Tokens([text] + [""] * (len(ids) - 1), [str(i) for i in ids])
+    if tokenizer is None or not ids:  # no tokenizer here: the whole text arrives at once
+        return Tokens(([text] + [""] * (len(ids) - 1)) if ids else [], [str(i) for i in ids])
     pieces, done = [], 0
     for k in range(1, len(ids) + 1):
         prefix = str(tokenizer.decode(ids[:k], skip_special_tokens=True))
@@ -140,6 +143,9 @@ class OpenAIServing:
             seed=req.seed,
         )
         out = await self.serving.sample(texts, params, field)
+        wants_logprobs = req.logprobs if isinstance(req, ChatCompletionRequest) else req.logprobs is not None
+        if not (req.stream or wants_logprobs):  # only streams and log-probs need the tokens' texts
+            return out, [[_UNSPLIT for _ in o.completions] for o in out.outputs]
         tok = self.serving.detokenizer
         splits = await asyncio.to_thread(lambda: [[split_tokens(tok, c) for c in o.completions] for o in out.outputs])
         return out, splits

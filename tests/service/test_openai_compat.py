@@ -22,15 +22,29 @@ CHAT: list[ChatCompletionMessageParam] = [{"role": "user", "content": "12+34="}]
 RENDERED = "user: 12+34=\nassistant:"  # the tiny model has no chat template: the plain rendering
 
 
-@pytest.fixture
-def server(server_settings: ServerSettings) -> Iterator[str]:
-    with running_server(server_settings) as url:
+@pytest.fixture(scope="module")
+def server(tiny_model_dir: Path) -> Iterator[str]:
+    """One server for the tests that leave its weights alone (tests/conftest.py's bounds)."""
+    settings = ServerSettings(
+        _env_file=None,  # type: ignore[call-arg]
+        model_dir=str(tiny_model_dir),
+        name="tiny",
+        num_threads=1,
+        max_prompts=8,
+        max_n=16,
+        max_tokens=32,
+    )
+    with running_server(settings) as url:
         yield url
 
 
-@pytest.fixture
+def _client(url: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=60.0)
+
+
+@pytest.fixture(scope="module")
 def oai(server: str) -> openai.OpenAI:
-    return openai.OpenAI(base_url=f"{server}/v1", api_key="unused", max_retries=0, timeout=60.0)
+    return _client(server)
 
 
 def _generate(url: str, prompt: str, **kw: object) -> dict:
@@ -167,8 +181,13 @@ def _swap(server: str, version: int, weights: tuple[Path, str]) -> None:
 
 
 def test_hot_swap_during_a_stream_keeps_one_weight_version(
-    oai: openai.OpenAI, server: str, make_weights: Callable[..., tuple[Path, str]]
+    server_settings: ServerSettings, make_weights: Callable[..., tuple[Path, str]]
 ) -> None:
+    with running_server(server_settings) as server:
+        _hot_swap_during_a_stream(_client(server), server, make_weights)
+
+
+def _hot_swap_during_a_stream(oai: openai.OpenAI, server: str, make_weights: Callable[..., tuple[Path, str]]) -> None:
     # Seeded sampling: each version answers one way per choice, and the four choices differ.
     kw: dict[str, Any] = dict(model="tiny", messages=CHAT, n=4, max_tokens=32, temperature=1.0, seed=11)
 

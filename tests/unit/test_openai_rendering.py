@@ -53,3 +53,8 @@ def test_deltas_join_to_the_text_and_every_token_has_a_name(text: str, extra: st
     assert "".join(tokens.pieces) == text
     assert len(tokens.pieces) == len(tokens.names) == len(ids)
     assert tokens.pieces[: len(text)] == list(text)  # one character per token arrives as it is sampled
+
+
+def test_without_a_tokenizer_the_text_arrives_in_the_first_delta() -> None:
+    tokens = split_tokens(None, Completion("46", [5, 7, 1], [-0.1, -0.2, -0.3], "stop"))
+    assert tokens.pieces == ["46", "", ""] and tokens.names == ["5", "7", "1"]

@@ -4,6 +4,7 @@ stream is being read."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -84,6 +85,24 @@ def test_chat_n4_with_logprobs_and_weight_version(oai: openai.OpenAI, server: st
     # Greedy chat is exactly /v1/generate on the rendered chat: same rendering, same serving path.
     greedy = oai.chat.completions.create(model="tiny", messages=CHAT, max_tokens=8, temperature=0)
     assert greedy.choices[0].message.content == _generate(server, RENDERED)["text"]
+
+
+def _batch_stats(url: str) -> tuple[float, float]:
+    """(backend calls, requests merged into them) from the server's batching histogram."""
+    text = httpx.get(f"{url}/metrics", timeout=10).text
+    value = {m[0]: float(m[1]) for m in re.findall(r"^corl_server_batch_requests_(count|sum) (\S+)$", text, re.M)}
+    return value["count"], value["sum"]
+
+
+def test_concurrent_chats_share_batches_with_generate(oai: openai.OpenAI, server: str) -> None:
+    calls0, merged0 = _batch_stats(server)
+    chat: dict[str, Any] = dict(model="tiny", messages=CHAT, n=2, max_tokens=8, temperature=1.0)
+    with ThreadPoolExecutor(8) as pool:
+        chats = [pool.submit(lambda: oai.chat.completions.create(**chat)) for _ in range(6)]
+        gens = [pool.submit(_generate, server, RENDERED, n=2, temperature=1.0) for _ in range(2)]
+        assert all(len(f.result(timeout=60).choices) == 2 for f in chats) and all(g.result(timeout=60) for g in gens)
+    calls, merged = _batch_stats(server)
+    assert merged - merged0 == 8 and calls - calls0 < 8, "OpenAI requests bypassed the batcher"
 
 
 def test_chat_without_max_tokens_fills_the_context_up_to_the_bound(oai: openai.OpenAI) -> None:

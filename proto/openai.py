@@ -2,10 +2,10 @@
 ``POST /v1/completions`` and ``GET /v1/models``, in the shapes OpenAI's clients send and read.
 
 The subset a cohort member can serve: ``n``, ``temperature``, ``top_p``, ``max_tokens``, ``stop``,
-``seed``, sampled-token ``logprobs`` and ``stream``. Fields this server does not implement
-(penalties, tools, ``logit_bias``, ...) are unknown fields: 422 naming the field, never silently
-ignored. ``top_logprobs > 0`` (chat) and ``logprobs > 0`` (completions) are 422: the engine keeps
-the sampled token's log-prob only. Log-probs are those of the sampling distribution (after
+``seed``, sampled-token ``logprobs`` and ``stream``. Fields this server does not implement (tools,
+``logit_bias``, ...) are unknown fields: 422 naming the field, never silently ignored; penalties are
+accepted as 0 (off) only. ``top_logprobs > 0`` (chat) and ``logprobs > 0`` (completions) are 422:
+the engine keeps the sampled token's log-prob only. Log-probs are those of the sampling distribution (after
 temperature and top-p), as in ``/v1/generate``. ``system_fingerprint`` is ``corl-w<version>``,
 the weight version that produced every choice (also in the ``X-Corl-Weight-Version`` header).
 """
@@ -45,6 +45,9 @@ class _Sampling(WireModel):
     stream: bool = False
     stream_options: StreamOptions | None = None
     user: str | None = Field(default=None, description="Accepted and ignored.")
+    # Some clients send the penalties on every call: 0 (off) is accepted, anything else is 422.
+    frequency_penalty: float = Field(default=0.0, ge=0.0, le=0.0, description="Only 0 is served.")
+    presence_penalty: float = Field(default=0.0, ge=0.0, le=0.0, description="Only 0 is served.")
 
     def stop_strings(self) -> list[str]:
         return [self.stop] if isinstance(self.stop, str) else list(self.stop or [])

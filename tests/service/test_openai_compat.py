@@ -139,7 +139,16 @@ def test_chat_stream_joins_to_the_completion(oai: openai.OpenAI, server: str) ->
 
 def test_completions_with_prompts_n_logprobs_and_stop(oai: openai.OpenAI, server: str) -> None:
     prompts = ["12+34=", "07+08="]
-    resp = oai.completions.create(model="tiny", prompt=prompts, n=2, max_tokens=8, temperature=0, logprobs=0)
+    resp = oai.completions.create(
+        model="tiny",
+        prompt=prompts,
+        n=2,
+        max_tokens=8,
+        temperature=0,
+        logprobs=0,
+        frequency_penalty=0,
+        presence_penalty=0,
+    )
     assert resp.object == "text_completion" and resp.system_fingerprint == "corl-w0"
     assert [c.index for c in resp.choices] == [0, 1, 2, 3]
     for c in resp.choices:
@@ -165,6 +174,12 @@ def test_completions_with_prompts_n_logprobs_and_stop(oai: openai.OpenAI, server
         ("chat", {"model": "gpt-4o"}, openai.NotFoundError, "model"),
         ("chat", {"n": 99}, openai.UnprocessableEntityError, "n"),
         ("chat", {"frequency_penalty": 0.5}, openai.UnprocessableEntityError, "frequency_penalty"),
+        (
+            "chat",
+            {"tools": [{"type": "function", "function": {"name": "f"}}]},
+            openai.UnprocessableEntityError,
+            "tools",
+        ),
         ("completions", {"max_tokens": 10_000}, openai.UnprocessableEntityError, "max_tokens"),
         ("chat", {"stop": "\n"}, openai.UnprocessableEntityError, "stop"),  # no newline token: unmatchable
         ("completions", {"echo": True}, openai.UnprocessableEntityError, "echo"),

@@ -37,6 +37,14 @@ from .grading import (
 )
 from .info import HealthResponse, InfoResponse, ReadyResponse
 from .modes import RewardModeName
+from .openai import (
+    ChatCompletion,
+    ChatCompletionChunk,
+    ChatCompletionRequest,
+    CompletionRequest,
+    ModelList,
+    TextCompletion,
+)
 from .reward_server import (
     ChatMessage,
     OpenRLHFRewardRequest,
@@ -52,6 +60,12 @@ CONTRACT_VERSION = "2"
 __all__ = [
     "CONTRACT_VERSION",
     "BatchDiagnostics",
+    "ChatCompletion",
+    "ChatCompletionChunk",
+    "ChatCompletionRequest",
+    "CompletionRequest",
+    "ModelList",
+    "TextCompletion",
     "ErrorDetail",
     "ErrorResponse",
     "ErrorType",

@@ -7,9 +7,10 @@ free lives here (vote grading, bounds, timeouts, metrics), so backends stay smal
 from __future__ import annotations
 
 import asyncio
+import copy
 import logging
 from collections.abc import Awaitable, Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from corl.proto import (
     GenerateRequest,
@@ -44,6 +45,7 @@ class ModelServing:
         self._batcher: GenerateBatcher | None = None
         self._renderer: PromptRenderer | None = None
         self._tasks: dict[str, Task] = {}
+        self.detokenizer: Any = None
         self.start_error: BaseException | None = None
 
     # --- lifecycle ----------------------------------------------------------------------------
@@ -55,6 +57,9 @@ class ModelServing:
         try:
             await self.backend.start()
             self._renderer = PromptRenderer(self.backend.tokenizer)
+            # Decoding for the OpenAI routes runs in worker threads beside the inference thread, and a
+            # Rust tokenizer busy encoding cannot be borrowed at the same time: they get their own copy.
+            self.detokenizer = copy.deepcopy(self.backend.tokenizer)
         except Exception as err:
             self.start_error = err
             log.exception("backend failed to start")
@@ -144,6 +149,25 @@ class ModelServing:
                 raise InvalidInputError(str(err), "task") from None
         return self._tasks[name]
 
+    @property
+    def renderer(self) -> PromptRenderer:
+        self.require_ready()
+        assert self._renderer is not None
+        return self._renderer
+
+    async def sample(self, texts: list[str], params: SamplingParams, field: str) -> GenerateOutput:
+        """Rendered ``texts`` through the bounds, context check and batcher of ``/v1/generate`` (the
+        OpenAI routes' way in); ``field`` names the request field the texts came from."""
+        self._check_count(len(texts), field)
+        self._check_n(params.n, "n")
+        self._check_max_tokens(params.max_tokens, "max_tokens")
+        self.require_ready()
+        i = self.backend.too_long(texts, params.max_tokens)
+        if i is not None:
+            raise InvalidInputError(f"{field} plus {params.max_tokens} new tokens exceeds the model's context", field)
+        await self.backend.check_stop(params.stop)
+        return await self._generate(texts, params)
+
     # --- endpoints ----------------------------------------------------------------------------
     async def generate(self, req: GenerateRequest) -> GenerateResponse:
         self._check_count(len(req.prompts), "prompts")
@@ -159,6 +183,7 @@ class ModelServing:
             stop=tuple(req.stop),
             seed=req.seed,
         )
+        await self.backend.check_stop(params.stop)
         out = await self._generate(texts, params)
         # One validation pass over the backend's objects (read by attribute): half the cost of building
         # 128 Sample models one by one, which is as much as the HTTP round trip itself.
@@ -194,6 +219,7 @@ class ModelServing:
         params = SamplingParams(
             n=req.n_votes, max_tokens=sp.max_tokens, temperature=sp.temperature, top_p=sp.top_p, stop=tuple(sp.stop)
         )
+        await self.backend.check_stop(params.stop, "sampling.stop")
         out = await self._generate(texts, params)
 
         def score() -> list[float]:  # answer extraction may run programs (code): off the event loop

@@ -19,10 +19,11 @@ from rich.live import Live
 
 from corl import redis_keys
 from corl.config import CohortConfig, dump_config
+from corl.data import load_splits
 from corl.proto import GenerateRequest, GenerateResponse, InfoResponse, RunStats
 from corl.redis_server import LocalRedis, free_port
 from corl.streams import group_backlog
-from corl.tasks import Example, get_task
+from corl.tasks import Example, get_task, is_correct_many
 
 from .processes import ChildDied, ProcessGroup, corl_command
 from .progress import MemberSnapshot, MetricsHistory, RunSnapshot, render, summary_line
@@ -87,7 +88,7 @@ class RunMonitor:
     def __init__(self, cfg: CohortConfig, agg_url: str, opts: RunOptions):
         self.cfg, self.agg_url, self.opts = cfg, agg_url, opts
         self.task = get_task(cfg.task.name)
-        self.eval_set: list[Example] = self.task.splits(cfg.rounds.prompt_source.seed).eval[: opts.eval_prompts]
+        self.eval_set: list[Example] = load_splits(cfg.task, cfg.rounds.prompt_source.seed).eval[: opts.eval_prompts]
         self.http = httpx.Client(timeout=httpx.Timeout(60.0, connect=5.0))
         self.redis = redis.Redis.from_url(cfg.redis_url, socket_timeout=5.0)
         self.last: dict[str, MemberSnapshot] = {m.name: MemberSnapshot() for m in cfg.members}
@@ -103,7 +104,8 @@ class RunMonitor:
         resp = self.http.post(f"{server}/v1/generate", json=req.model_dump())
         resp.raise_for_status()
         out = GenerateResponse.model_validate(resp.json())
-        hits = sum(self.task.is_correct(e, r.samples[0].text) for r, e in zip(out.results, self.eval_set, strict=True))
+        # Batched: the code task runs every program (sandboxed, concurrently) against its hidden tests.
+        hits = sum(is_correct_many(self.task, self.eval_set, [r.samples[0].text for r in out.results]))
         return hits / len(self.eval_set), out.weight_version
 
     def backlog(self, member: str) -> int | None:

@@ -111,6 +111,8 @@ def program(prompt: str, completion: str) -> str | None:
     if name is None:
         return None
     code = code_of(completion)
+    if not code.strip():
+        return None  # the prompt's stub alone is not an answer
     if re.search(rf"^(?:async\s+)?def\s+{re.escape(name)}\s*\(", code, re.M):
         src = f"{prompt.rstrip()}\n\n\n{_cut_continuation(code.strip(chr(10)))}\n"  # its definition replaces the stub
     else:

@@ -96,7 +96,7 @@ def canonical_answer(text: str) -> str | None:
 class MathTask(OneByOne):
     name: str = "math"
     generates: ClassVar[bool] = False  # has its own problem generator (splits)
-    max_tokens: int = 384  # GSM8K solutions run 100-250 tokens; harder sets want the config's override
+    max_tokens: int = 256  # GSM8K solutions run 100-250 tokens (and the server default bound is 256)
     correct_token: str = "Yes"
     incorrect_token: str = "No"
 

@@ -45,7 +45,7 @@ class CodeTask:
     max_tokens: int = 256  # a HumanEval function body; the model server bounds it at 256 by default
     correct_token: str = "Yes"
     incorrect_token: str = "No"
-    limits: Limits = field(default_factory=lambda: Limits(timeout_s=10.0, cpu_s=5, memory_bytes=1 << 30))
+    limits: Limits = field(default_factory=lambda: Limits(timeout_s=5.0, cpu_s=3, memory_bytes=1 << 30))
     workers: int = field(default_factory=lambda: max(1, min(8, os.cpu_count() or 1)))
 
     def splits(self, seed: int = 0) -> Splits:

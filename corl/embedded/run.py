@@ -99,6 +99,10 @@ class RunMonitor:
         self.redis.close()
 
     def accuracy(self, server: str) -> tuple[float, int]:
+        """Greedy held-out accuracy of one server on the task's evaluation split (the same split the
+        aggregator never draws RL prompts from)."""
+        if not self.eval_set:
+            raise httpx.HTTPError("the task has no held-out problems (task.eval_size: 0)")
         sp = self.cfg.sampling().model_copy(update={"temperature": 0.0})
         req = GenerateRequest.of([e.prompt for e in self.eval_set], sp, n=1, format=self.task.prompt_format)
         resp = self.http.post(f"{server}/v1/generate", json=req.model_dump())

@@ -38,8 +38,9 @@ def read_records(task_cfg: TaskConfig, seed: int) -> tuple[list[dict[str, Any]],
 def split_examples(
     examples: list[Example], seed: int, *, eval_size: int | None, eval_fraction: float, limit: int | None
 ) -> Splits:
-    """Deduplicate by prompt, shuffle with ``seed``, keep ``limit``, hold out the first ``eval_size``
-    (or ``eval_fraction`` of them, at least one when there are two or more)."""
+    """Deduplicate by prompt, shuffle with ``seed``, keep ``limit``, hold out ``eval_size`` (or
+    ``eval_fraction`` of them, at least one when there are two or more). Only problems that can be
+    graded (a dataset answer or hidden tests) are held out; the others are RL prompts, which need none."""
     unique = list({e.prompt: e for e in examples}.values())
     random.Random(seed).shuffle(unique)
     if limit is not None:
@@ -48,7 +49,9 @@ def split_examples(
     if eval_size is None and eval_fraction > 0 and len(unique) >= 2:
         n_eval = max(1, n_eval)
     n_eval = min(n_eval, len(unique) - 1) if len(unique) > 1 else 0
-    return Splits(warmup=[], rl=unique[n_eval:], eval=unique[:n_eval])
+    held = [e for e in unique if e.answer is not None or e.meta.get("test")][:n_eval]
+    taken = {e.prompt for e in held}
+    return Splits(warmup=[], rl=[e for e in unique if e.prompt not in taken], eval=held)
 
 
 def load_splits(task_cfg: TaskConfig, seed: int = 0) -> Splits:

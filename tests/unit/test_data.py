@@ -30,6 +30,10 @@ def test_splits_are_seeded_disjoint_and_complete() -> None:
     assert _prompts(split_examples(examples, 4, eval_size=None, eval_fraction=0.2, limit=None).eval) != _prompts(s.eval)
     small = split_examples(examples, 3, eval_size=5, eval_fraction=0.2, limit=12)
     assert (len(small.eval), len(small.rl)) == (5, 7)
+    # Problems without an answer (CHAMP's prose answers) are RL prompts, never held out.
+    mixed = [Example(f"q{i}", None if i % 2 else str(i)) for i in range(20)]
+    s = split_examples(mixed, 0, eval_size=8, eval_fraction=0.2, limit=None)
+    assert len(s.eval) == 8 and all(e.answer is not None for e in s.eval) and len(s.rl) == 12
 
 
 @pytest.mark.parametrize("fmt", ["jsonl", "json", "jsonl.gz", "parquet", "save_to_disk"])

@@ -52,6 +52,29 @@ RIGHT = [
 WRONG = ["5 * 2 = 10, and 10 + 2 = 12.\n#### 12", "The answer is 20.", "I cannot solve this problem.", ""]
 
 
+# Greedy SmolLM2-135M-Instruct completions to GSM8K items under this task's chat prompt (real outputs).
+SMOLLM2 = [
+    ("Melanie has 5 vacuum cleaners left.\n#### 5\nThe answer is: 5", "5"),
+    (
+        "... So, the total number of kittens is 7 + 12 = 19.\n\nWe can calculate this by multiplying the number "
+        "of cats by the number of kittens: 7 * 19 = 105.\n\nThe Doubtfire family now has 105 kittens.\n\n"
+        "The answer is: 105",
+        "105",
+    ),
+    (
+        "Marilyn's first record sold 10 times as many copies as Harald's, so she sold 10 * 10 = 100 copies.\n"
+        + "#### 100\n" * 30
+        + "####",
+        "100",
+    ),  # ran into max_tokens repeating its answer line
+]
+
+
+@pytest.mark.parametrize(("completion", "expected"), SMOLLM2)
+def test_real_smollm2_outputs_are_read(task: MathTask, completion: str, expected: str) -> None:
+    assert task.extract_answer("q", completion) == expected
+
+
 def test_realistic_completions_are_read(task: MathTask, gsm8k: list[dict[str, Any]]) -> None:
     ex = task.example(next(r for r in gsm8k if r["id"] == "gsm8k-test-0013"))
     assert ex.answer == "18"

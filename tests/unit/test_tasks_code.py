@@ -110,3 +110,29 @@ def test_stop_strings_do_not_cut_a_chat_answer_at_its_own_def(task: CodeTask) ->
     chat_answer = "```python\ndef f(x):\n    return x\n```\n"
     assert not any(s in chat_answer[: chat_answer.index("return")] for s in task.stop)
     assert task.prompt_format.template == "{prompt}" and task.prompt_format.chat
+
+
+def test_peer_label_rewards_from_behaviour_on_a_real_problem(task: CodeTask, humaneval: dict[str, Any]) -> None:
+    """A round of the code task: each member is rewarded when its program behaves like its peer's
+    plurality program; hidden tests and canonical solutions never enter."""
+    from corl.config import RewardConfig
+    from corl.proto import GenerateResponse
+    from corl.rewards import grade_round
+
+    rec = humaneval["HumanEval/23"]  # strlen
+    right = [
+        "    return len(string)\n",
+        "```python\ndef strlen(string: str) -> int:\n    return sum(1 for _ in string)\n```",
+    ]
+    wrong = "    return len(string) + 1\n"
+
+    def response(texts: list[str]) -> GenerateResponse:
+        samples = [{"text": t, "token_ids": [1], "logprobs": [0.0], "finish_reason": "stop"} for t in texts]
+        results = [{"prompt": rec["prompt"], "prompt_token_ids": [1], "samples": samples}]
+        return GenerateResponse.model_validate({"model": "m", "weight_version": 0, "results": results})
+
+    responses = {"a": response([right[0], right[1], wrong]), "b": response([right[1], right[0], "garbage("])}
+    out = grade_round(responses, task, RewardConfig(mode="peer_label"), {"a": 1.0, "b": 1.0})
+    assert out.members["a"].rewards == [[1.0, 1.0, 0.0]]  # b's plurality: the right behaviour
+    assert out.members["b"].rewards == [[1.0, 1.0, 0.0]]  # a's plurality: the same behaviour
+    assert out.members["b"].answers[0][2] is None

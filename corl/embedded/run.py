@@ -4,6 +4,7 @@ member, as local processes; live progress; a run directory with logs, metrics an
 from __future__ import annotations
 
 import copy
+import json
 import logging
 import os
 import secrets
@@ -29,6 +30,14 @@ from .processes import ChildDied, ProcessGroup, corl_command
 from .progress import MemberSnapshot, MetricsHistory, RunSnapshot, render, summary_line
 
 log = logging.getLogger(__name__)
+
+
+HELDOUT_TTL_S = 30 * 86400
+
+
+def service_urls(agg_url: str) -> str:
+    """The lines ``corl run`` prints at start: where to watch the run and where to plug in."""
+    return f"dashboard:  {agg_url}/dashboard\naggregator: {agg_url}  (graders, /get_reward, /v1/reward, /metrics)"
 
 
 @dataclass
@@ -139,10 +148,23 @@ class RunMonitor:
             if force_eval or due:
                 try:
                     snap.accuracy, snap.accuracy_version = self.accuracy(server)
+                    self.report_heldout(m.name, snap.accuracy, snap.accuracy_version)
                 except httpx.HTTPError as err:
                     log.warning("held-out eval of %s failed: %s", m.name, err)
         rounds = stats.next_round if stats else 0
         return RunSnapshot(elapsed_s=time.monotonic() - self.t0, rounds=rounds, members=copy.deepcopy(self.last))
+
+    def report_heldout(self, member: str, accuracy: float, version: int) -> None:
+        """Share the reading with the aggregator's dashboard (a hash with a TTL; best effort)."""
+        key = redis_keys.heldout_accuracy(self.cfg.run_id)
+        rec = json.dumps({"accuracy": accuracy, "weight_version": version, "at": time.time()})
+        try:
+            pipe = self.redis.pipeline()
+            pipe.hset(key, member, rec)
+            pipe.expire(key, HELDOUT_TTL_S)
+            pipe.execute()
+        except redis.RedisError as err:
+            log.warning("could not record held-out accuracy of %s: %s", member, err)
 
     def _stats(self) -> RunStats | None:
         try:
@@ -168,8 +190,11 @@ def run_embedded(cfg: CohortConfig, run_dir: Path, opts: RunOptions, console: Co
     monitor: RunMonitor | None = None
     snap = RunSnapshot(elapsed_s=0.0, rounds=0)
     try:
+        port = free_port()
+        # Printed before the (slow) start, so a person can open the dashboard while it comes up.
+        console.print(service_urls(f"http://127.0.0.1:{port}"), highlight=False, soft_wrap=True)
         with console.status("starting servers, aggregator and trainers..."):
-            agg_url = start_services(cfg, run_dir, group, free_port())
+            agg_url = start_services(cfg, run_dir, group, port)
         console.print(f"all services healthy; logs in {group.log_dir}")
         monitor = RunMonitor(cfg, agg_url, opts)
         deadline: float | None = None

@@ -13,8 +13,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from corl.rewards.modes import REWARD_MODES
+
 METRICS = ("greedy_acc", "sample_acc", "maj@8_acc", "distinct", "entropy")
-LABEL_FREE = ("self_vote", "peer_label", "peer_agreement", "peer_judge")
+LABEL_FREE = tuple(m for m, spec in REWARD_MODES.items() if spec.label_free and m != "none")
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@
 - ``reliability``: online grader weights with probation and quarantine.
 - ``diagnostics``: diversity, agreement, label accuracy and the collapse alarm.
 - ``round``: ``grade_round``, one round from samples to rewards and diagnostics.
+- ``consensus``: the cohort's consensus answer as a reward for outside responses (the reward server).
 """
 
 from corl.rewards.diagnostics import (

@@ -44,6 +44,21 @@ def test_aggregator_openapi_documents_the_grading_pool() -> None:
     assert register["requestBody"]["content"]["application/json"]["schema"]["$ref"].endswith("/GraderRegistration")
 
 
+def test_aggregator_openapi_documents_the_reward_server_and_dashboard() -> None:
+    doc = json.loads(exported_files()["openapi/aggregator.json"])
+    for path, request, response in (
+        ("/get_reward", "OpenRLHFRewardRequest", "OpenRLHFRewardResponse"),
+        ("/v1/reward", "SlimeRewardRequest", "SlimeRewardResponse"),
+    ):
+        op = doc["paths"][path]["post"]
+        assert op["requestBody"]["content"]["application/json"]["schema"]["$ref"].endswith(f"/{request}")
+        assert op["responses"]["200"]["content"]["application/json"]["schema"]["$ref"].endswith(f"/{response}")
+        assert op["responses"]["422"]["content"]["application/json"]["schema"]["$ref"].endswith("/ErrorResponse")
+    view = doc["paths"]["/v1/runs/{run}/dashboard"]["get"]["responses"]["200"]["content"]["application/json"]
+    assert view["schema"]["$ref"].endswith("/DashboardView")
+    assert "text/html" in doc["paths"]["/dashboard"]["get"]["responses"]["200"]["content"]
+
+
 def test_export_check_detects_drift(tmp_path: Path) -> None:
     runner = CliRunner()
     assert runner.invoke(app, ["proto", "export", "--out", str(tmp_path)]).exit_code == 0

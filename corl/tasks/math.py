@@ -26,6 +26,10 @@ _ANSWER_IS = re.compile(
     r"(?:final answer|the answer|answer)\s*(?:is|=|:)\s*[:]?\s*([^\n]+?)(?:\.\s|\.?\s*$|\n)", re.I | re.M
 )
 _GSM8K_CALC = re.compile(r"<<[^<>]*>>")
+_SHOT = (
+    "Question: Tom has 3 boxes with 4 apples each. He eats 2 apples. How many apples are left?\n"
+    "Answer: Tom has 3 * 4 = 12 apples. After eating 2 he has 12 - 2 = 10.\n#### 10\n\n"
+)
 _MATH_WORDS = {"sqrt", "frac", "dfrac", "pi", "infty", "sin", "cos", "tan", "log", "ln", "exp", "cdot", "times"}
 
 logging.getLogger("math_verify").setLevel(logging.ERROR)  # it warns on every parse without a timeout
@@ -109,7 +113,8 @@ class MathTask(OneByOne):
             chat=True,
             system="Solve the problem step by step. Then write the final answer, a number or expression "
             "without units, on its own last line in the form: #### <answer>",
-            template="{system}\n\nQuestion: {prompt}\nAnswer:",
+            # Members without a chat template are base models: one worked example shows the form.
+            template="{system}\n\n" + _SHOT + "Question: {prompt}\nAnswer:",
         )
 
     @property

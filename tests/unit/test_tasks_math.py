@@ -146,6 +146,8 @@ def test_dataset_answers_stay_out_of_extraction(task: MathTask) -> None:
 def test_prompt_format_asks_for_the_form_the_extractor_reads(task: MathTask) -> None:
     fmt = task.prompt_format
     assert fmt.chat and fmt.system is not None and "#### <answer>" in fmt.system
-    assert "{system}" in fmt.template and "{prompt}" in fmt.template
+    assert "{system}" in fmt.template and fmt.template.endswith("Question: {prompt}\nAnswer:")
+    shot = fmt.template.split("Question: ")[1]  # the worked example a base model sees reads as its answer
+    assert task.extract_answer("q", shot.split("Answer:")[1]) == "10"
     assert 256 <= task.max_tokens <= 1024
     assert "Yes or No" in task.judge_prompt("q", "r") and task.verdict_tokens == ("Yes", "No")

@@ -153,3 +153,17 @@ async def test_rounds_draw_rl_prompts_and_evaluation_uses_the_held_out_ones(tmp_
         assert monitor.accuracy("http://a") == (0.8, 3)
     finally:
         monitor.close()
+
+
+def test_corl_data_shows_the_splits_of_a_config(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from corl.cli import app
+
+    (tmp_path / "p.jsonl").write_text("\n".join(json.dumps(r) for r in RECORDS))
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump({"task": {"name": "math", "source": "p.jsonl", "eval_size": 4}, "members": MEMBERS}))
+    res = CliRunner().invoke(app, ["data", "--config", str(cfg), "--show", "2"])
+    assert res.exit_code == 0, res.output
+    text = " ".join(res.output.split())  # rich wraps lines to the terminal's width
+    assert "26 RL prompts, 4 held out" in text and "What is" in text

@@ -52,8 +52,8 @@ RIGHT = [
 WRONG = ["5 * 2 = 10, and 10 + 2 = 12.\n#### 12", "The answer is 20.", "I cannot solve this problem.", ""]
 
 
-# Greedy SmolLM2-135M-Instruct completions to GSM8K items under this task's chat prompt (real outputs).
-SMOLLM2 = [
+# Real greedy completions to GSM8K items under this task's prompts: SmolLM2-135M-Instruct (chat template) and Gemma-3-270M.
+REAL_OUTPUTS = [
     ("Melanie has 5 vacuum cleaners left.\n#### 5\nThe answer is: 5", "5"),
     (
         "... So, the total number of kittens is 7 + 12 = 19.\n\nWe can calculate this by multiplying the number "
@@ -67,11 +67,14 @@ SMOLLM2 = [
         + "####",
         "100",
     ),  # ran into max_tokens repeating its answer line
+    # Gemma-3-270M (base model, plain template with its worked example; generation stopped at "\nQuestion:").
+    (" Melanie has 5 * 2 = 10.\n#### 10\n", "10"),
+    (" Tom's ship can travel at 10 miles per hour.  He is sailing from 1 to 4 PM.\n#### 6\n", "6"),
 ]
 
 
-@pytest.mark.parametrize(("completion", "expected"), SMOLLM2)
-def test_real_smollm2_outputs_are_read(task: MathTask, completion: str, expected: str) -> None:
+@pytest.mark.parametrize(("completion", "expected"), REAL_OUTPUTS)
+def test_real_small_model_outputs_are_read(task: MathTask, completion: str, expected: str) -> None:
     assert task.extract_answer("q", completion) == expected
 
 

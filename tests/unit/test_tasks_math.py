@@ -52,7 +52,7 @@ RIGHT = [
 WRONG = ["5 * 2 = 10, and 10 + 2 = 12.\n#### 12", "The answer is 20.", "I cannot solve this problem.", ""]
 
 
-# Real greedy completions to GSM8K items under this task's prompts: SmolLM2-135M-Instruct (chat template) and Gemma-3-270M.
+# Real greedy completions to GSM8K items under this task's prompts: SmolLM2-135M-Instruct (chat), Gemma-3-270M.
 REAL_OUTPUTS = [
     ("Melanie has 5 vacuum cleaners left.\n#### 5\nThe answer is: 5", "5"),
     (

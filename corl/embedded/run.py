@@ -20,10 +20,11 @@ from rich.live import Live
 
 from corl import redis_keys
 from corl.config import CohortConfig, dump_config
+from corl.data import load_splits
 from corl.proto import GenerateRequest, GenerateResponse, InfoResponse, RunStats
 from corl.redis_server import LocalRedis, free_port
 from corl.streams import group_backlog
-from corl.tasks import Example, get_task
+from corl.tasks import Example, get_task, is_correct_many
 
 from .processes import ChildDied, ProcessGroup, corl_command
 from .progress import MemberSnapshot, MetricsHistory, RunSnapshot, render, summary_line
@@ -96,7 +97,7 @@ class RunMonitor:
     def __init__(self, cfg: CohortConfig, agg_url: str, opts: RunOptions):
         self.cfg, self.agg_url, self.opts = cfg, agg_url, opts
         self.task = get_task(cfg.task.name)
-        self.eval_set: list[Example] = self.task.splits(cfg.rounds.prompt_source.seed).eval[: opts.eval_prompts]
+        self.eval_set: list[Example] = load_splits(cfg.task, cfg.rounds.prompt_source.seed).eval[: opts.eval_prompts]
         self.http = httpx.Client(timeout=httpx.Timeout(60.0, connect=5.0))
         self.redis = redis.Redis.from_url(cfg.redis_url, socket_timeout=5.0)
         self.last: dict[str, MemberSnapshot] = {m.name: MemberSnapshot() for m in cfg.members}
@@ -107,12 +108,17 @@ class RunMonitor:
         self.redis.close()
 
     def accuracy(self, server: str) -> tuple[float, int]:
+        """Greedy held-out accuracy of one server on the task's evaluation split (the same split the
+        aggregator never draws RL prompts from)."""
+        if not self.eval_set:
+            raise httpx.HTTPError("the task has no held-out problems (task.eval_size: 0)")
         sp = self.cfg.sampling().model_copy(update={"temperature": 0.0})
         req = GenerateRequest.of([e.prompt for e in self.eval_set], sp, n=1, format=self.task.prompt_format)
         resp = self.http.post(f"{server}/v1/generate", json=req.model_dump())
         resp.raise_for_status()
         out = GenerateResponse.model_validate(resp.json())
-        hits = sum(self.task.is_correct(e, r.samples[0].text) for r, e in zip(out.results, self.eval_set, strict=True))
+        # Batched: the code task runs every program (sandboxed, concurrently) against its hidden tests.
+        hits = sum(is_correct_many(self.task, self.eval_set, [r.samples[0].text for r in out.results]))
         return hits / len(self.eval_set), out.weight_version
 
     def backlog(self, member: str) -> int | None:

@@ -23,7 +23,7 @@ from corl.proto import (
     WeightUpdateResponse,
 )
 from corl.services.errors import InvalidInputError, ServiceError, UnavailableError
-from corl.tasks import Task, get_task
+from corl.tasks import Task, extract_all, get_task
 
 from .backends.base import Backend, BackendError, GenerateOutput, SamplingParams, StaleVersionError, WeightLoadError
 from .batching import GenerateBatcher
@@ -222,14 +222,15 @@ class ModelServing:
         await self.backend.check_stop(params.stop, "sampling.stop")
         out = await self._generate(texts, params)
 
-        def score() -> list[float]:  # answer extraction may run programs (code): off the event loop
-            votes = {
-                p: [task.extract_answer(p, c.text) for c in o.completions]
-                for p, o in zip(prompts, out.outputs, strict=True)
-            }
+        def score() -> list[float]:  # answer extraction may run programs (code): off the event loop, batched
+            own_pairs = [(p, c.text) for p, o in zip(prompts, out.outputs, strict=True) for c in o.completions]
+            item_pairs = [(item.prompt, item.response) for item in req.items]
+            answers = extract_all(task, own_pairs + item_pairs)
+            votes: dict[str, list[str | None]] = {p: [] for p in prompts}
+            for (p, _), a in zip(own_pairs, answers, strict=False):
+                votes[p].append(a)
             scores = []
-            for item in req.items:
-                answer = task.extract_answer(item.prompt, item.response)
+            for item, answer in zip(req.items, answers[len(own_pairs) :], strict=True):
                 own = votes[item.prompt]
                 scores.append(0.0 if answer is None else sum(v == answer for v in own) / len(own))
             return scores

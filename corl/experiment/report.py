@@ -53,38 +53,45 @@ def gain_recovered(before: float, gt_after: float, mode_after: float) -> float |
     return None if gain <= 1e-9 else (mode_after - before) / gain
 
 
-def _spread(vals: Sequence[float]) -> str:
+def mean_se(vals: Sequence[float]) -> tuple[float, float | None]:
+    """Mean over seeds and its standard error (None with one seed)."""
     mean = statistics.fmean(vals)
-    if len(vals) == 1:
-        return f"{mean:.3f}"
-    return f"{mean:.3f} ({min(vals):.3f}-{max(vals):.3f})"
+    return mean, (statistics.stdev(vals) / len(vals) ** 0.5 if len(vals) > 1 else None)
+
+
+def _fmt(vals: Sequence[float], spec: str = ".3f") -> str:
+    mean, se = mean_se(vals)
+    return f"{mean:{spec}}" if se is None else f"{mean:{spec}} ± {se:{spec}}"
 
 
 def markdown_table(results: Sequence[MemberResult], modes: Sequence[str]) -> str:
+    """Cohort means over seeds (± standard error across seeds); the share of the ground-truth gain
+    is computed per seed against that seed's ground-truth run, then averaged."""
     before = cohort_means(results, "greedy_acc", "before")
     before_vals = [v for vals in before.values() for v in vals]
     before_mean = statistics.fmean(before_vals) if before_vals else float("nan")
     greedy, distinct = cohort_means(results, "greedy_acc"), cohort_means(results, "distinct")
     maj = cohort_means(results, "maj@8_acc")
     before_distinct = cohort_means(results, "distinct", "before")
+    seeds = len(next(iter(greedy.values()), []))
     lines = [
-        "| reward | cohort mean greedy after | maj@8 after | distinct answers / 8 | share of ground-truth gain |",
+        f"| reward ({seeds} seed{'s' if seeds != 1 else ''}) | cohort mean greedy after | maj@8 after | "
+        "distinct answers / 8 | share of ground-truth gain |",
         "|---|---|---|---|---|",
     ]
     bd = [v for vals in before_distinct.values() for v in vals]
     lines.append(f"| before | {before_mean:.3f} | - | {statistics.fmean(bd) if bd else float('nan'):.2f} | - |")
-    gt = statistics.fmean(greedy["ground_truth"]) if "ground_truth" in greedy else None
+    gt = greedy.get("ground_truth")
     for mode in modes:
         if mode not in greedy:
             continue
         share = "-"
         if mode in LABEL_FREE and gt is not None:
-            g = gain_recovered(before_mean, gt, statistics.fmean(greedy[mode]))
-            share = "n/a (no ground-truth gain)" if g is None else f"{g:.0%}"
-        lines.append(
-            f"| {mode} | {_spread(greedy[mode])} | {_spread(maj[mode])} | "
-            f"{statistics.fmean(distinct[mode]):.2f} | {share} |"
-        )
+            starts = before["ground_truth"]  # every mode of a seed starts from the same cohort
+            per_seed = [gain_recovered(b, g, m) for b, g, m in zip(starts, gt, greedy[mode], strict=False)]
+            valid = [g for g in per_seed if g is not None]
+            share = _fmt([100 * g for g in valid], ".0f") + "%" if valid else "n/a (no ground-truth gain)"
+        lines.append(f"| {mode} | {_fmt(greedy[mode])} | {_fmt(maj[mode])} | {_fmt(distinct[mode], '.2f')} | {share} |")
     return "\n".join(lines) + "\n"
 
 

@@ -140,6 +140,9 @@ class RunMonitor:
                 snap.mean_reward = latest[m.name].mean_reward
                 snap.distinct_answers = latest[m.name].distinct_answers
                 snap.label_rate = latest[m.name].label_rate
+                snap.label_accuracy = latest[m.name].label_accuracy
+                snap.reward_accuracy = latest[m.name].reward_accuracy
+                snap.majority_ratio = latest[m.name].majority_ratio
             snap.collapse_alarm = bool(stats and m.name in stats.collapse)
             snap.backlog = self.backlog(m.name) if m.role == "trained" else None
             due = snap.accuracy_version is None or (

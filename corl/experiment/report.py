@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from corl.rewards.diagnostics import collapse_round
 from corl.rewards.modes import REWARD_MODES
 
 METRICS = ("greedy_acc", "sample_acc", "maj@8_acc", "distinct", "entropy")
@@ -103,6 +104,30 @@ def write_summary_csv(results: Sequence[MemberResult], path: Path) -> None:
         writer.writerows(rows)
 
 
+def member_series(history: Sequence[dict], key: str) -> dict[str, list[tuple[int, float]]]:
+    """member -> (weight version, value) points of one snapshot field, one per version, in order
+    (held-out accuracy is placed at the version it was measured on)."""
+    series: dict[str, dict[int, float]] = defaultdict(dict)
+    for row in history:
+        for member, m in row["members"].items():
+            x = m.get("accuracy_version") if key == "accuracy" else m.get("weight_version")
+            if x is not None and m.get(key) is not None:
+                series[member][int(x)] = float(m[key])
+    return {member: sorted(pts.items()) for member, pts in series.items()}
+
+
+def collapse_table(histories: dict[str, list[dict]]) -> str:
+    """Per mode and member, the version where held-out accuracy and distinct answers start a
+    sustained fall (``corl.rewards.collapse_round``); '-' when they never do."""
+    lines = ["| mode | member | accuracy falls from | distinct answers fall from |", "|---|---|---|---|"]
+    for mode in sorted(histories):
+        acc, distinct = member_series(histories[mode], "accuracy"), member_series(histories[mode], "distinct_answers")
+        for member in sorted(acc):
+            a, d = collapse_round(acc.get(member, [])), collapse_round(distinct.get(member, []), drop=0.5)
+            lines.append(f"| {mode} | {member} | {'-' if a is None else f'v{a}'} | {'-' if d is None else f'v{d}'} |")
+    return "\n".join(lines) + "\n"
+
+
 def load_history(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
@@ -118,19 +143,17 @@ def plot_curves(histories: dict[str, list[dict]], out_dir: Path) -> list[Path]:
     for key, ylabel, fname in (
         ("accuracy", "held-out greedy accuracy", "accuracy.png"),
         ("distinct_answers", "distinct answers per G samples", "diversity.png"),
+        ("label_accuracy", "supervision-label accuracy (diagnostic)", "label_accuracy.png"),
+        ("reward_accuracy", "reward accuracy (diagnostic)", "reward_accuracy.png"),
+        ("majority_ratio", "majority ratio", "majority_ratio.png"),
     ):
+        if not any(m.get(key) is not None for rows in histories.values() for r in rows for m in r["members"].values()):
+            continue  # a history recorded before this diagnostic existed
         modes = sorted(histories)
         fig, axes = plt.subplots(1, len(modes), figsize=(4.2 * len(modes), 3.6), squeeze=False, sharey=True)
         for ax, mode in zip(axes[0], modes, strict=True):
-            series: dict[str, dict[int, float]] = defaultdict(dict)
-            for row in histories[mode]:
-                for member, m in row["members"].items():
-                    x = m.get("accuracy_version") if key == "accuracy" else m.get("weight_version")
-                    if x is not None and m.get(key) is not None:
-                        series[member][int(x)] = float(m[key])
-            for member, pts in sorted(series.items()):
-                xs = sorted(pts)
-                ax.plot(xs, [pts[x] for x in xs], marker="o", markersize=2, label=member)
+            for member, pts in sorted(member_series(histories[mode], key).items()):
+                ax.plot([x for x, _ in pts], [y for _, y in pts], marker="o", markersize=2, label=member)
             ax.set_title(mode)
             ax.set_xlabel("weight version (training steps)")
             ax.grid(alpha=0.3)

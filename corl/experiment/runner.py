@@ -16,7 +16,7 @@ from corl.embedded.config import cohort_members, embedded_config
 from corl.embedded.run import RunOptions, run_embedded, start_redis
 from corl.tasks import get_task
 
-from .report import MemberResult, load_history, markdown_table, plot_curves, write_summary_csv
+from .report import MemberResult, collapse_table, load_history, markdown_table, plot_curves, write_summary_csv
 
 ALL_MODES = ("none", "ground_truth", "self_vote", "peer_label", "peer_agreement", "peer_pool")
 
@@ -103,6 +103,7 @@ def _write(results: list[MemberResult], histories: dict[str, list[dict]], out: P
     if not results:
         return
     write_summary_csv(results, out / "summary.csv")
-    (out / "results.md").write_text(markdown_table(results, modes))
+    collapse = f"\nSustained falls (seed {results[0].seed}):\n\n{collapse_table(histories)}" if histories else ""
+    (out / "results.md").write_text(markdown_table(results, modes) + collapse)
     if histories:
         plot_curves(histories, out)

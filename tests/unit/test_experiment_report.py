@@ -4,6 +4,7 @@ computed per seed."""
 from __future__ import annotations
 
 from corl.experiment.report import METRICS, MemberResult, markdown_table, mean_se
+from corl.rewards import collapse_round
 
 
 def _result(mode: str, seed: int, before: float, after: float) -> MemberResult:
@@ -33,3 +34,11 @@ def test_table_reports_standard_errors_and_per_seed_gain_shares() -> None:
     assert row.endswith("| 75 ± 25% |")  # shares 50% and 100%
     gt_row = next(line for line in table.splitlines() if line.startswith("| ground_truth"))
     assert gt_row.endswith("| - |")  # ground truth is the reference, not a label-free mode
+
+
+def test_collapse_round_finds_the_start_of_a_sustained_fall() -> None:
+    rising = [(v, 0.4 + 0.01 * v) for v in range(10)]
+    assert collapse_round(rising) is None
+    falling = [(0, 0.45), (5, 0.50), (10, 0.48), (15, 0.40), (20, 0.52), (25, 0.44), (30, 0.38), (35, 0.30)]
+    assert collapse_round(falling) == 25  # 15 recovers at 20; from 25 on it stays > 0.05 below the peak
+    assert collapse_round(falling[:-2]) is None  # one point below the peak is not sustained yet

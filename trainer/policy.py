@@ -47,7 +47,11 @@ def resolve_device(name: str) -> torch.device:
 
 def enable_gradient_checkpointing(model: Any) -> None:
     """Checkpoint every layer (non-reentrant, so LoRA's frozen inputs still get gradients); the KV cache is off."""
-    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    kwargs = {"use_reentrant": False}
+    if hasattr(model, "activation_checkpointing_enable"):  # transformers 5 name; the old one warns
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
     model.config.use_cache = False
 
 

@@ -39,6 +39,18 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def smol_cohort() -> Path:
+    """The real ``smol`` cohort (SmolLM2-135M-Instruct, Gemma-3-270M), built once into
+    ``$CORL_CACHE_DIR/cohorts/smol`` (default ``~/.cache/corl``): later runs reuse it in about a second."""
+    from corl.cohort.packaged import build_packaged_cohort
+    from corl.packages import cache_dir
+
+    out = cache_dir().parent / "cohorts" / "smol"
+    build_packaged_cohort(out, "smol")
+    return out
+
+
+@pytest.fixture(scope="session")
 def redis_url() -> Iterator[str]:
     """A real Redis on a free loopback port, started for this test session."""
     from corl.redis_server import LocalRedis

@@ -45,6 +45,16 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
+def enable_gradient_checkpointing(model: Any) -> None:
+    """Checkpoint every layer (non-reentrant, so LoRA's frozen inputs still get gradients); the KV cache is off."""
+    kwargs = {"use_reentrant": False}
+    if hasattr(model, "activation_checkpointing_enable"):  # transformers 5 name; the old one warns
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+    model.config.use_cache = False
+
+
 class PolicyTrainer:
     """The model, optimizer and one GRPO-family update on a graded batch; no Redis, no HTTP."""
 
@@ -68,6 +78,8 @@ class PolicyTrainer:
         else:
             model = AutoModelForCausalLM.from_pretrained(str(resume_from or src), dtype=torch.float32)
         disable_dropout_in_model(model)  # dropout would make the ratio to the sampling policy != 1 on-policy
+        if cfg.training.gradient_checkpointing:
+            enable_gradient_checkpointing(model)
         self.model = model.to(device)
         self.model.train()
         self.ref_model: Any = None

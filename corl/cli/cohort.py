@@ -16,7 +16,13 @@ app = typer.Typer(no_args_is_help=True)
 @app.command("init")
 def init(
     out: Annotated[Path, typer.Option(help="Cohort directory to create.")],
-    preset: Annotated[str, typer.Option(help="Cohort preset: tiny (4 members) or micro (2, for tests).")] = "tiny",
+    preset: Annotated[
+        str,
+        typer.Option(
+            help="Cohort preset: tiny (4 toy members built here), micro (2, for tests), or smol "
+            "(SmolLM2-135M-Instruct + Gemma-3-270M from PyPI packages, converted once)."
+        ),
+    ] = "tiny",
     seed: Annotated[int, typer.Option(help="Task split seed; member i is initialised with seed + i.")] = 0,
     task: Annotated[str, typer.Option(help="Task the members warm up on.")] = "addition",
     member: Annotated[list[str] | None, typer.Option("--member", help="Build only these members (repeatable).")] = None,
@@ -28,9 +34,17 @@ def init(
     check_every: Annotated[int | None, typer.Option(help="Steps between accuracy checks.")] = None,
     jobs: Annotated[int, typer.Option(help="Members built at once, each in its own process.")] = 2,
     threads: Annotated[int, typer.Option(help="torch threads per member.")] = 1,
+    dtype: Annotated[str, typer.Option(help="smol: dtype of the converted weights (float32 or bfloat16).")] = "float32",
 ) -> None:
-    """Build, warm up and save every member; write cohort.json and print it as a table."""
+    """Build, warm up and save every member (or fetch and convert a packaged preset's); write cohort.json
+    and print it as a table. A packaged preset reuses the members already converted in OUT."""
     from rich.console import Console
+
+    from corl.cohort.packaged import PACKAGED_PRESETS
+
+    if preset in PACKAGED_PRESETS:
+        build_packaged_with_progress(out, Console(), preset=preset, members=member, dtype=dtype)
+        return
 
     overrides = {
         k: v for k, v in {"band": band, "max_steps": max_steps, "check_every": check_every}.items() if v is not None
@@ -50,8 +64,14 @@ def init(
 
 def ensure_cohort(cohort: Path, console: Console, preset: str = "tiny", jobs: int = 2) -> None:
     """Build ``preset`` into ``cohort`` unless a cohort (``cohort.json``) is already there."""
+    from corl.cohort.packaged import PACKAGED_PRESETS
+
     if (cohort / "cohort.json").is_file():
         console.print(f"cohort: {cohort}")
+        return
+    if preset in PACKAGED_PRESETS:
+        console.print(f"no cohort at {cohort}: fetching and converting the '{preset}' preset")
+        build_packaged_with_progress(cohort, console, preset=preset)
         return
     console.print(f"no cohort at {cohort}: building the '{preset}' preset (a few minutes on 2 cores)")
     build_with_progress(cohort, console, preset=preset, jobs=jobs)
@@ -140,6 +160,44 @@ def build_with_progress(
     missed = [m.name for m in manifest.members if manifest.band and not m.in_band]
     if missed:
         console.print(f"[yellow]warning: {', '.join(missed)} stopped outside the band (closest checkpoint kept)")
+
+
+def build_packaged_with_progress(
+    out: Path, console: Console, *, preset: str = "smol", members: list[str] | None = None, dtype: str = "float32"
+) -> None:
+    """``corl.cohort.packaged.build_packaged_cohort`` with one status line per step and the manifest table."""
+    import logging
+
+    from transformers.utils import logging as hf_logging
+
+    from corl.cohort.manifest import manifest_table
+    from corl.cohort.packaged import SourceError, build_packaged_cohort
+
+    logging.getLogger("transformers").setLevel(logging.ERROR)
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    steps = {
+        "reuse": "already converted, reused",
+        "fetch": "fetching",
+        "convert": "converting (dequantize and save; minutes for a cold cache)",
+        "done": "done",
+    }
+    with console.status("", spinner="dots") as status:
+
+        def report(name: str, event: str, detail: str) -> None:
+            line = f"{name}: {steps.get(event, event)} ({detail})"
+            console.print(line, highlight=False, soft_wrap=True)
+            status.update(line)
+
+        try:
+            manifest = build_packaged_cohort(out, preset, dtype=dtype, members=members, progress=report)
+        except ValueError as err:
+            raise typer.BadParameter(str(err)) from None
+        except SourceError as err:
+            console.print(f"[red]error: {err}")
+            raise typer.Exit(1) from None
+    console.print(manifest_table(manifest))
+    console.print(f"manifest: {out / 'cohort.json'}")
 
 
 @app.command("show")

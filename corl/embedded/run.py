@@ -192,7 +192,7 @@ def run_embedded(cfg: CohortConfig, run_dir: Path, opts: RunOptions, console: Co
         history.append(snap)
         console.print(render(snap, opts.rounds))
         if group.restarts:
-            console.print(f"restarted under {opts.restart}: {group.restarts}", highlight=False)
+            console.print(f"restarted under on-failure: {group.restarts}", highlight=False)
     except ChildDied as err:
         console.print(f"[red]{err.name} died (exit code {err.returncode}); last lines of its log:[/red]")
         console.print(err.log_tail, markup=False, highlight=False)

@@ -148,6 +148,8 @@ def test_kill9_model_server_mid_round(
     t0 = time.monotonic()
     servers["gamma"].start()
     wait_ready(servers["gamma"])
+    ready_s = time.monotonic() - t0
+    restart_round = c.round_state()[0]
     wait_for("gamma at the newest weights", lambda: c.served_version("gamma") >= newest, 120, procs)
     to_newest_s = time.monotonic() - t0
     wait_for("gamma trains again", lambda: len(c.applied("gamma")) > applied_before, 120, procs)
@@ -155,11 +157,14 @@ def test_kill9_model_server_mid_round(
     back_round = c.round_state()[0]
 
     outage = [s for s in c.round_stats() if at_kill < s.round < back_round and "gamma" in s.missing]
-    after = [b for b in c.batches("gamma") if b.round >= back_round - 1]
+    after = [b for b in c.batches("gamma") if b.round >= restart_round]
+    on_old = [b for b in after if min(s.weight_version for _, s in b.samples()) < newest]
     record_figure(
         rounds_without_dead_member=len(outage),
         rounds_failed=0,
+        seconds_to_server_ready=round(ready_s, 2),
         seconds_to_newest_weights=round(to_newest_s, 2),
+        batches_on_older_weights_after_restart=len(on_old),
         seconds_to_training_again=round(to_training_s, 2),
         newest_version_at_restart=newest,
     )

@@ -111,8 +111,17 @@ def wait_ready(p: Proc, timeout_s: float = 180) -> None:
 class Cluster:
     """A run over already started servers: its own Redis, config, aggregator and trainers."""
 
-    def __init__(self, tmp: Path, model_dir: Path, servers: dict[str, Proc], roles: dict[str, str], **rounds: Any):
-        """``roles``: member name -> trained | frozen (each name one of ``servers``)."""
+    def __init__(
+        self,
+        tmp: Path,
+        model_dir: Path,
+        servers: dict[str, Proc],
+        roles: dict[str, str],
+        training: dict[str, Any] | None = None,
+        **rounds: Any,
+    ):
+        """``roles``: member name -> trained | frozen (each name one of ``servers``); ``training`` and
+        ``rounds``: overrides of those config sections."""
         self.tmp, self.run = tmp, re.sub(r"[^a-z0-9-]", "-", tmp.name.lower())[-40:].strip("-")
         self.redis = LocalRedis(data_dir=tmp / "redis", appendfsync="always").start()
         self.client = redis.Redis.from_url(self.redis.url, socket_timeout=10)
@@ -138,7 +147,7 @@ class Cluster:
                         **rounds,
                     },
                     "reward": {"mode": "self_vote"},  # the random tiny model gets a signal from its own votes
-                    "training": {"publish_every": 1, "checkpoint_every": 2, "max_staleness": 1000},
+                    "training": {"publish_every": 1, "checkpoint_every": 2, **(training or {})},
                 }
             )
         )
@@ -193,6 +202,9 @@ class Cluster:
 
     def applied(self, member: str) -> set[str]:
         return {b.decode() for b in self.client.smembers(keys.trainer_applied(self.run, member))}  # type: ignore[union-attr]
+
+    def dropped(self, member: str) -> set[str]:
+        return {b.decode() for b in self.client.smembers(keys.trainer_dropped(self.run, member))}  # type: ignore[union-attr]
 
     def published(self, member: str) -> int:
         v: Any = self.client.hget(keys.trainer_state(self.run, member), "published_version")

@@ -38,8 +38,8 @@ def servers(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -> I
 def cluster_of(tmp_path: Path, tiny_model_dir: Path, servers: dict[str, Proc]) -> Iterator[Callable[..., Cluster]]:
     made: list[Cluster] = []
 
-    def make(roles: dict[str, str], **rounds: object) -> Cluster:
-        made.append(Cluster(tmp_path, tiny_model_dir, servers, roles, **rounds))
+    def make(roles: dict[str, str], training: dict[str, object] | None = None, **rounds: object) -> Cluster:
+        made.append(Cluster(tmp_path, tiny_model_dir, servers, roles, training, **rounds))
         return made[-1]
 
     yield make
@@ -97,7 +97,8 @@ def test_kill9_aggregator_mid_round(cluster_of: Callable[..., Cluster], record_f
 
 def test_redis_kill9_and_restart_mid_run(cluster_of: Callable[..., Cluster], record_figure: Record) -> None:
     rounds = 12
-    c = cluster_of({"alpha": "trained", "beta": "frozen"}, max_rounds=rounds)
+    # No batch may be dropped as stale here: every one must be applied.
+    c = cluster_of({"alpha": "trained", "beta": "frozen"}, {"max_staleness": 1000}, max_rounds=rounds)
     c.start()
     procs = [c.aggregator, c.trainers["alpha"]]
     wait_for("round 4 and a trained batch", lambda: c.round_state()[0] >= 4 and c.applied("alpha"), 180, procs)
@@ -135,6 +136,8 @@ def test_redis_kill9_and_restart_mid_run(cluster_of: Callable[..., Cluster], rec
 def test_kill9_model_server_mid_round(
     cluster_of: Callable[..., Cluster], servers: dict[str, Proc], record_figure: Record
 ) -> None:
+    # The default max_staleness: a batch from the restarted server's old weights is dropped, and makes
+    # the trainer bring that server to its newest version at once.
     c = cluster_of({"gamma": "trained", "alpha": "frozen", "beta": "frozen"}, min_quorum=2)
     c.start()
     procs = [c.aggregator, c.trainers["gamma"]]
@@ -165,6 +168,7 @@ def test_kill9_model_server_mid_round(
         seconds_to_server_ready=round(ready_s, 2),
         seconds_to_newest_weights=round(to_newest_s, 2),
         batches_on_older_weights_after_restart=len(on_old),
+        of_them_dropped_as_stale=len({b.batch_id for b in on_old} & c.dropped("gamma")),
         seconds_to_training_again=round(to_training_s, 2),
         newest_version_at_restart=newest,
     )

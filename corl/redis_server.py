@@ -44,12 +44,18 @@ def free_port() -> int:
 class LocalRedis:
     """A Redis server owned by this process; stopped on ``close`` / context exit."""
 
-    def __init__(self, data_dir: str | Path | None = None, port: int | None = None, appendonly: bool = True):
+    def __init__(
+        self,
+        data_dir: str | Path | None = None,
+        port: int | None = None,
+        appendonly: bool = True,
+        appendfsync: str = "everysec",
+    ):
         self._tmp = None if data_dir else tempfile.TemporaryDirectory(prefix="corl-redis-")
         self.data_dir = Path(data_dir or self._tmp.name)  # type: ignore[union-attr]
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.port = port or free_port()
-        self.appendonly = appendonly
+        self.appendonly, self.appendfsync = appendonly, appendfsync
         self._proc: subprocess.Popen[bytes] | None = None
         self.url = ""
 
@@ -65,6 +71,8 @@ class LocalRedis:
             str(self.data_dir),
             "--appendonly",
             "yes" if self.appendonly else "no",
+            "--appendfsync",
+            self.appendfsync,  # "always": nothing acknowledged is lost even to a kill -9
             "--save",
             "",
             "--logfile",
@@ -91,6 +99,12 @@ class LocalRedis:
                 time.sleep(0.05)
             finally:
                 client.close()
+
+    def kill(self) -> None:
+        """SIGKILL the server (chaos tests); ``start`` brings it back on the same port and data."""
+        if self._proc and self._proc.poll() is None:
+            self._proc.kill()
+            self._proc.wait()
 
     def close(self) -> None:
         if self._proc and self._proc.poll() is None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
@@ -36,6 +37,22 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     GPT2LMHeadModel(cfg).save_pretrained(out)
     tok.save_pretrained(out)
     return out
+
+
+@pytest.fixture
+def record_figure(request: pytest.FixtureRequest) -> Callable[..., None]:
+    """``record_figure(**figures)``: print a chaos test's measured figures as one JSON line, and append
+    it to the file named by ``CORL_CHAOS_RESULTS`` when set (docs/RELIABILITY.md quotes these)."""
+
+    def record(**figures: object) -> None:
+        line = json.dumps({"test": request.node.nodeid, **figures}, sort_keys=True)
+        print(f"chaos figures: {line}")
+        path = os.environ.get("CORL_CHAOS_RESULTS")
+        if path:
+            with open(path, "a") as out:
+                out.write(line + "\n")
+
+    return record
 
 
 @pytest.fixture(scope="session")

@@ -188,6 +188,11 @@ class Trainer:
             )
             self._labels(m.stale_dropped).inc()
             self.stream.commit([entry.entry_id], dropped=[batch.batch_id])
+            if self.latest is not None:
+                # A replica generating on weights this old has restarted (or missed pushes): bring it
+                # to the newest version now rather than at the next idle sync.
+                self.pusher.sync(self.latest)
+                self._last_sync = time.monotonic()
             return
         stats = self.policy.step(batch)
         self.state.step += 1

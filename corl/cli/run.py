@@ -17,17 +17,27 @@ def run(
     cohort: Path = typer.Option(Path("cohort/tiny"), "--cohort", help="Cohort directory (built if missing)."),
     reward: str | None = typer.Option(None, "--reward", help="Override reward.mode."),
     eval_every: int = typer.Option(10, "--eval-every", min=1, help="Held-out eval every N weight versions."),
+    restart: str = typer.Option(
+        "no",
+        "--restart",
+        help="When a child dies: 'no' (stop the run) or 'on-failure[:N]' (restart it, at most N times, "
+        "with exponential back-off; N defaults to 5).",
+    ),
 ) -> None:
     """Start a real Redis, a model server per member, the aggregator and a trainer per trained member."""
     from rich.console import Console
 
     from corl.config import ConfigError, load_config
     from corl.embedded.config import embedded_config
-    from corl.embedded.processes import ChildDied, exit_on_sigterm
+    from corl.embedded.processes import ChildDied, RestartPolicy, exit_on_sigterm
     from corl.embedded.run import RunOptions, run_embedded, start_redis
 
     from .cohort import ensure_cohort
 
+    try:
+        policy = RestartPolicy.parse(restart)
+    except ValueError as err:
+        raise typer.BadParameter(str(err), param_hint="--restart") from None
     setup_logging("WARNING")
     exit_on_sigterm()
     console = Console()
@@ -49,7 +59,7 @@ def run(
         console.print(
             f"run {cfg.run_id}: {len(cfg.members)} members, reward {cfg.reward.mode}, {rounds} rounds -> {run_dir}"
         )
-        result = run_embedded(cfg, run_dir, RunOptions(rounds=rounds, eval_every=eval_every), console)
+        result = run_embedded(cfg, run_dir, RunOptions(rounds=rounds, eval_every=eval_every, restart=policy), console)
     except ChildDied:
         raise typer.Exit(1) from None
     finally:

@@ -1,7 +1,9 @@
 """Start, watch and stop the child processes of an embedded run.
 
-Every child writes to its own log file in the run directory. If one dies, ``check`` names it with
-the tail of its log so the caller can shut the rest down instead of hanging.
+Every child writes to its own log file in the run directory. If one dies, ``check`` either restarts
+it (``RestartPolicy`` ``on-failure[:N]``, like compose's ``restart:``: a non-zero exit is restarted
+after an exponential back-off, at most N times) or names it with the tail of its log so the caller
+can shut the rest down instead of hanging (``no``, the default).
 """
 
 from __future__ import annotations
@@ -27,6 +29,29 @@ class ChildDied(RuntimeError):
         self.name, self.returncode, self.log_tail = name, returncode, log_tail
 
 
+@dataclass(frozen=True)
+class RestartPolicy:
+    """``no`` or ``on-failure[:N]``: restart a child that exits non-zero (a kill -9 included) up to
+    ``max_restarts`` times, waiting ``backoff_s * 2**k`` (capped at ``backoff_max_s``) before the k-th."""
+
+    on_failure: bool = False
+    max_restarts: int = 5
+    backoff_s: float = 1.0
+    backoff_max_s: float = 30.0
+
+    @classmethod
+    def parse(cls, text: str) -> RestartPolicy:
+        mode, _, cap = text.partition(":")
+        if mode == "no" and not cap:
+            return cls()
+        if mode == "on-failure" and (not cap or cap.isdigit()):
+            return cls(on_failure=True, max_restarts=int(cap) if cap else cls.max_restarts)
+        raise ValueError(f"restart policy {text!r}: expected 'no' or 'on-failure[:N]'")
+
+    def delay_s(self, restarts: int) -> float:
+        return float(min(self.backoff_max_s, self.backoff_s * 2**restarts))
+
+
 @dataclass
 class Child:
     name: str
@@ -34,6 +59,8 @@ class Child:
     log_path: Path
     health_url: str | None = None
     proc: subprocess.Popen[bytes] | None = None
+    restarts: int = 0
+    restart_at: float | None = None  # monotonic time of a scheduled restart
 
     def tail(self, lines: int = 30) -> str:
         try:
@@ -47,10 +74,16 @@ class ProcessGroup:
     log_dir: Path
     env: dict[str, str] = field(default_factory=dict)
     children: list[Child] = field(default_factory=list)
+    restart: RestartPolicy = field(default_factory=RestartPolicy)
 
     def start(self, name: str, args: Sequence[str], health_url: str | None = None) -> Child:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         child = Child(name, list(args), self.log_dir / f"{name}.log", health_url)
+        self._spawn(child)
+        self.children.append(child)
+        return child
+
+    def _spawn(self, child: Child) -> None:
         env = {**os.environ, **self.env}
         with child.log_path.open("ab") as out:
             # A new session per child, so a Ctrl-C in the terminal reaches only the supervisor,
@@ -58,15 +91,34 @@ class ProcessGroup:
             child.proc = subprocess.Popen(
                 child.args, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
             )
-        self.children.append(child)
-        log.info("started %s (pid %d): %s", name, child.proc.pid, " ".join(child.args))
-        return child
+        log.info("started %s (pid %d): %s", child.name, child.proc.pid, " ".join(child.args))
 
     def check(self) -> None:
-        """Raise ChildDied if any child has exited."""
+        """Restart children that died under the restart policy; raise ChildDied for any other exit."""
+        now = time.monotonic()
         for c in self.children:
-            if c.proc is not None and c.proc.poll() is not None:
-                raise ChildDied(c.name, c.proc.returncode, c.tail())
+            if c.proc is None or (code := c.proc.poll()) is None:
+                continue
+            if not self.restart.on_failure or code == 0 or c.restarts >= self.restart.max_restarts:
+                raise ChildDied(c.name, code, c.tail())
+            if c.restart_at is None:
+                c.restart_at = now + self.restart.delay_s(c.restarts)
+                log.warning(
+                    "%s exited with code %d: restart %d of %d in %.1fs",
+                    c.name,
+                    code,
+                    c.restarts + 1,
+                    self.restart.max_restarts,
+                    c.restart_at - now,
+                )
+            elif now >= c.restart_at:
+                c.restarts += 1
+                c.restart_at = None
+                self._spawn(c)
+
+    @property
+    def restarts(self) -> dict[str, int]:
+        return {c.name: c.restarts for c in self.children if c.restarts}
 
     def wait_healthy(self, timeout_s: float = 180.0) -> None:
         """Wait until every child with a health URL answers 200 on it, failing fast if one dies."""

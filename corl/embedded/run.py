@@ -10,7 +10,7 @@ import os
 import secrets
 import shutil
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
@@ -26,7 +26,7 @@ from corl.redis_server import LocalRedis, free_port
 from corl.streams import group_backlog
 from corl.tasks import Example, get_task, is_correct_many
 
-from .processes import ChildDied, ProcessGroup, corl_command
+from .processes import ChildDied, ProcessGroup, RestartPolicy, corl_command
 from .progress import MemberSnapshot, MetricsHistory, RunSnapshot, render, summary_line
 
 log = logging.getLogger(__name__)
@@ -48,6 +48,7 @@ class RunOptions:
     poll_s: float = 2.0
     ready_timeout_s: float = 300.0
     drain_timeout_s: float = 600.0
+    restart: RestartPolicy = field(default_factory=RestartPolicy)  # what happens when a child dies
 
 
 @dataclass
@@ -188,7 +189,9 @@ def run_embedded(cfg: CohortConfig, run_dir: Path, opts: RunOptions, console: Co
     console = console or Console()
     # One admin token per run: trainers use it to push weights into the servers.
     token = os.environ.get("CORL_ADMIN_TOKEN") or secrets.token_urlsafe(24)
-    group = ProcessGroup(run_dir / "logs", env={"CORL_LOG_LEVEL": "INFO", "CORL_ADMIN_TOKEN": token})
+    group = ProcessGroup(
+        run_dir / "logs", env={"CORL_LOG_LEVEL": "INFO", "CORL_ADMIN_TOKEN": token}, restart=opts.restart
+    )
     history = MetricsHistory(run_dir / "metrics.jsonl")
     monitor: RunMonitor | None = None
     snap = RunSnapshot(elapsed_s=0.0, rounds=0)
@@ -222,6 +225,8 @@ def run_embedded(cfg: CohortConfig, run_dir: Path, opts: RunOptions, console: Co
         snap = monitor.snapshot(force_eval=True)
         history.append(snap)
         console.print(render(snap, opts.rounds))
+        if group.restarts:
+            console.print(f"restarted under on-failure: {group.restarts}", highlight=False)
     except ChildDied as err:
         console.print(f"[red]{err.name} died (exit code {err.returncode}); last lines of its log:[/red]")
         console.print(err.log_tail, markup=False, highlight=False)

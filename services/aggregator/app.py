@@ -7,11 +7,14 @@ from contextlib import asynccontextmanager
 
 import httpx
 import redis.asyncio as aioredis
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from corl.config import CohortConfig, load_config
 from corl.proto import CONTRACT_VERSION
-from corl.services.http import install_edge
+from corl.services.http import error_response, install_edge
 
 from .metrics import AggregatorMetrics
 from .routes import router
@@ -67,4 +70,11 @@ def create_app(
         max_body_bytes=settings.grading.max_body_bytes,
         path_limits={"/get_reward": batch_limit, "/v1/reward": batch_limit},
     )
+    for exc in (RedisConnectionError, RedisTimeoutError):
+        app.add_exception_handler(exc, _redis_unavailable)
     return app
+
+
+async def _redis_unavailable(_: Request, exc: Exception) -> JSONResponse:
+    """Redis down or restarting is a transient 503 (clients retry), not an internal error."""
+    return error_response(503, "unavailable", f"redis unavailable: {type(exc).__name__}", headers={"Retry-After": "1"})

@@ -8,6 +8,7 @@ import re
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
@@ -42,10 +43,19 @@ def leftovers(*markers: Path) -> list[dict]:
     ]
 
 
-def start_run(cohort: Path, run_dir: Path, rounds: int) -> subprocess.Popen[str]:
+def start_run(cohort: Path, run_dir: Path, rounds: int, *extra: str) -> subprocess.Popen[str]:
     proc = subprocess.Popen(
         corl_command(
-            "run", "--cohort", str(cohort), "--rounds", str(rounds), "--out", str(run_dir), "--reward", "self_vote"
+            "run",
+            "--cohort",
+            str(cohort),
+            "--rounds",
+            str(rounds),
+            "--out",
+            str(run_dir),
+            "--reward",
+            "self_vote",
+            *extra,
         ),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -129,4 +139,35 @@ def test_a_dead_child_is_named_and_the_rest_shut_down(cohort: Path, tmp_path: Pa
     out, _ = proc.communicate(timeout=120)
     assert proc.returncode == 1
     assert "trainer-llama died" in out
+    assert leftovers(run_dir, cohort) == [], "processes left behind"
+
+
+@pytest.mark.chaos
+def test_restart_on_failure_survives_kill9_of_a_server_and_a_trainer(
+    cohort: Path, tmp_path: Path, record_figure: Callable[..., None]
+) -> None:
+    run_dir = tmp_path / "run"
+    t0 = time.monotonic()
+    rounds = 12
+    proc = start_run(cohort, run_dir, rounds, "--restart", "on-failure:3")
+    children = leftovers(run_dir, cohort)
+    server = next(p for p in children if "serve" in p["cmdline"] and "llama" in p["cmdline"])
+    trainer = next(p for p in children if "train" in p["cmdline"] and "gpt2" in p["cmdline"])
+    for victim in (server, trainer):
+        psutil.Process(victim["pid"]).kill()
+    at_kill = json.loads((run_dir / "metrics.jsonl").read_text().splitlines()[-1])["rounds"]
+    out, _ = proc.communicate(timeout=480)
+    record_figure(
+        children_killed=2,
+        killed_at_round=at_kill,
+        run_exit_code=proc.returncode,
+        run_seconds=round(time.monotonic() - t0, 1),
+    )
+    assert at_kill < rounds, "the kill came after the last round: nothing was tested"
+    assert proc.returncode == 0, out[-3000:]
+    assert "restarted under on-failure" in out and "'server-llama-0': 1" in out and "'trainer-gpt2': 1" in out, out
+    history = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert history[-1]["rounds"] >= rounds
+    # The restarted server was brought to the trainer's newest weights, and the llama trainer trained on.
+    assert history[-1]["members"]["llama"]["weight_version"] >= 1, history[-1]
     assert leftovers(run_dir, cohort) == [], "processes left behind"

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -65,7 +66,10 @@ def _check_applied_or_pending(client: redis.Redis, run_id: str, produced: dict[s
 
 
 @pytest.mark.slow
-def test_sigkill_mid_run_then_restart(tmp_path: Path, tiny_model_dir: Path, redis_url: str) -> None:
+@pytest.mark.chaos
+def test_sigkill_mid_run_then_restart(
+    tmp_path: Path, tiny_model_dir: Path, redis_url: str, record_figure: Callable[..., None]
+) -> None:
     run_id = "k" + uuid.uuid4().hex[:10]
     client = redis.Redis.from_url(redis_url)
     cfg = make_config(tmp_path, tiny_model_dir, redis_url, run_id, checkpoint_every=3)
@@ -89,11 +93,21 @@ def test_sigkill_mid_run_then_restart(tmp_path: Path, tiny_model_dir: Path, redi
     killed_state = Checkpointer.load_state(ckpt)
     assert killed_state.step == len(acked) and set(killed_state.applied) == {produced[e] for e in acked}
 
+    t0 = time.monotonic()
     proc = _start(config, "--idle-exit", "1.5")
     assert proc.wait(300) == 0, (tmp_path / "trainer.log").read_text()[-3000:]
+    finish_s = time.monotonic() - t0 - 1.5  # less the idle wait before it exits
+    unacked_at_kill = len(unacked)
     acked, unacked = _check_applied_or_pending(client, run_id, produced)
     assert not unacked and applied_ids(client, run_id) == set(produced.values())
     final = Checkpointer.load_state(Checkpointer(cfg.checkpoints_dir, "a").latest())  # type: ignore[arg-type]
+    record_figure(
+        batches=N_BATCHES,
+        unacknowledged_at_kill=unacked_at_kill,
+        batches_lost=N_BATCHES - len(set(final.applied)),
+        batches_applied_twice=final.step - len(set(final.applied)),
+        seconds_restart_to_all_applied=round(finish_s, 2),
+    )
     # Exactly once: one step per batch in the surviving lineage, each id once.
     assert final.step == N_BATCHES and sorted(final.applied) == sorted(produced.values())
     # Versions kept increasing across the kill: the restart published above everything seen before.

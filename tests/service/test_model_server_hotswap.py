@@ -1,21 +1,23 @@
 """Hot swap under load on a real uvicorn server on loopback: 8 clients generate continuously while
-5 weight updates land. Nothing fails, versions only move forward per client, and every greedy output
-belongs to exactly one version (a batch never mixes weights)."""
+5 weight updates land (and, as a chaos test, 16 clients while 20 land). Nothing fails, versions only
+move forward per client, and every greedy output belongs to exactly one version (a batch never mixes
+weights)."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
 
 import httpx
+import pytest
 
 from corl.services.model.settings import ServerSettings
 from corl.services.model.testing import running_server
 
 AUTH = {"Authorization": "Bearer test-admin-token"}
-CLIENTS, UPDATES = 8, 5
 REQUEST = {"prompts": ["12+34="], "n": 2, "max_tokens": 6, "temperature": 0.0}
 
 
@@ -35,11 +37,20 @@ async def _client(url: str, stop: asyncio.Event, log: list[tuple[int, str]], fai
                 log.append((body["weight_version"], sample["text"]))
 
 
+@pytest.mark.parametrize(
+    ("clients", "updates"), [(8, 5), pytest.param(16, 20, marks=pytest.mark.chaos, id="chaos-16x20")]
+)
 async def test_hot_swap_under_load(
-    server_settings: ServerSettings, make_weights: Callable[..., tuple[Path, str]]
+    server_settings: ServerSettings,
+    make_weights: Callable[..., tuple[Path, str]],
+    record_figure: Callable[..., None],
+    clients: int,
+    updates: int,
 ) -> None:
+    CLIENTS, UPDATES = clients, updates
     published = {0} | set(range(1, UPDATES + 1))
     weights = {v: make_weights(100 + v) for v in range(1, UPDATES + 1)}
+    swap_seconds: list[float] = []
     with running_server(server_settings) as url:
         stop = asyncio.Event()
         logs: list[list[tuple[int, str]]] = [[] for _ in range(CLIENTS)]
@@ -49,13 +60,25 @@ async def test_hot_swap_under_load(
             for version, (path, sha) in weights.items():
                 await asyncio.sleep(0.3)
                 body = {"version": version, "uri": str(path), "sha256": sha, "format": "full"}
+                t0 = time.perf_counter()
                 r = await admin.post("/v1/weights", json=body, headers=AUTH)
+                swap_seconds.append(time.perf_counter() - t0)
                 assert r.status_code == 200, r.text
             await asyncio.sleep(0.3)
             stop.set()
             await asyncio.gather(*tasks)
             metrics = (await admin.get("/metrics")).text
 
+    served = sum(len(log) for log in logs) // REQUEST["n"]  # type: ignore[operator]
+    monotonic = all([v for v, _ in log] == sorted(v for v, _ in log) for log in logs)
+    record_figure(
+        clients=CLIENTS,
+        swaps=UPDATES,
+        requests_served=served,
+        requests_failed=len(failures),
+        versions_monotonic=monotonic,
+        max_swap_seconds=round(max(swap_seconds), 3),
+    )
     assert failures == []
     by_version: dict[int, set[str]] = defaultdict(set)
     for log in logs:

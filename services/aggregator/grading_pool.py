@@ -23,7 +23,6 @@ from corl import redis_keys as keys
 from corl.proto import GraderRegistered, GraderRegistration, GradingResults, GradingResultsAccepted, GradingTask
 from corl.rewards import GraderReliability
 from corl.services.errors import ConflictError, ForbiddenError, RateLimitedError, UnauthorizedError
-from corl.services.http import bearer_token
 
 from .metrics import AggregatorMetrics
 from .settings import GradingSettings
@@ -87,9 +86,9 @@ class GradingPool:
         self.reliability.register(reg.name, probation=True)
         return GraderRegistered(name=reg.name, mode=reg.mode, token=token, weight=self.reliability.weight(reg.name))
 
-    async def authenticate(self, authorization: str | None) -> str:
+    async def authenticate(self, token: str) -> str:
         """The grader's name for a bearer token; 401 when unknown. Also applies the rate limit."""
-        name = await self.redis.hget(keys.grader_tokens(self.run), token_hash(bearer_token(authorization)))
+        name = await self.redis.hget(keys.grader_tokens(self.run), token_hash(token))
         if name is None:
             raise UnauthorizedError("unknown grader token")
         grader = _text(name)

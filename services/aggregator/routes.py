@@ -19,7 +19,7 @@ from corl.proto import (
     RunStats,
 )
 from corl.services.errors import UnavailableError
-from corl.services.http import Authorization, require_admin
+from corl.services.http import Credentials, bearer_token, error_responses, grader_bearer, require_admin
 
 from .serving import AggregatorServing
 
@@ -36,8 +36,8 @@ async def get_serving(request: Request) -> AggregatorServing:
 Serving = Annotated[AggregatorServing, Depends(get_serving)]
 
 
-async def current_grader(serving: Serving, authorization: Authorization = None) -> str:
-    return await serving.authenticate_grader(authorization)
+async def current_grader(serving: Serving, credentials: Annotated[Credentials, Depends(grader_bearer)]) -> str:
+    return await serving.authenticate_grader(bearer_token(credentials))
 
 
 Grader = Annotated[str, Depends(current_grader)]
@@ -49,32 +49,32 @@ async def healthz() -> HealthResponse:
     return HealthResponse()
 
 
-@router.get("/readyz")
+@router.get("/readyz", responses=error_responses(503))
 async def readyz(serving: Serving) -> HealthResponse:
     return HealthResponse()
 
 
-@router.get("/metrics")
+@router.get("/metrics", responses=error_responses(503))
 async def metrics(serving: Serving) -> Response:
     return Response(generate_latest(serving.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
 
-@router.get("/v1/runs/{run}/stats")
+@router.get("/v1/runs/{run}/stats", responses=error_responses(404, 422, 503))
 async def run_stats(serving: Serving, run: str, last: Annotated[int | None, Query(ge=1)] = None) -> RunStats:
     return await serving.stats(run, last)
 
 
-@router.post("/v1/prompts", dependencies=Admin)
+@router.post("/v1/prompts", dependencies=Admin, responses=error_responses(401, 409, 413, 422, 503))
 async def post_prompts(serving: Serving, body: PromptsPost) -> PromptsAccepted:
     return await serving.post_prompts(body)
 
 
-@router.post("/v1/graders", status_code=201, dependencies=Admin)
+@router.post("/v1/graders", status_code=201, dependencies=Admin, responses=error_responses(401, 409, 413, 422, 503))
 async def register_grader(serving: Serving, body: GraderRegistration) -> GraderRegistered:
     return await serving.register_grader(body)
 
 
-@router.get("/v1/grading/tasks")
+@router.get("/v1/grading/tasks", responses=error_responses(401, 422, 429, 503))
 async def grading_tasks(
     serving: Serving,
     grader: Grader,
@@ -84,6 +84,6 @@ async def grading_tasks(
     return await serving.grading_tasks(grader, max_tasks, wait)
 
 
-@router.post("/v1/grading/results")
+@router.post("/v1/grading/results", responses=error_responses(401, 403, 413, 422, 429, 503))
 async def grading_results(serving: Serving, grader: Grader, body: GradingResults) -> GradingResultsAccepted:
     return await serving.grading_results(grader, body)

@@ -15,6 +15,7 @@ from corl.services.http import install_edge
 from .backends import create_backend
 from .backends.base import Backend
 from .metrics import ServerMetrics
+from .openapi import publish_bounds
 from .routes import router
 from .serving import ModelServing
 from .settings import ServerSettings
@@ -76,4 +77,5 @@ def create_app(settings: ServerSettings | None = None, backend: Backend | None =
     app.state.serving = None
     app.include_router(router)
     install_edge(app, metrics=app.state.metrics.http, max_body_bytes=settings.max_body_bytes)
+    publish_bounds(app, settings)
     return app

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Sequence
+from pathlib import Path
 from typing import TypeVar
 
 from corl.proto import (
@@ -21,7 +22,7 @@ from corl.proto import (
     WeightUpdateRequest,
     WeightUpdateResponse,
 )
-from corl.services.errors import InvalidInputError, ServiceError, UnavailableError
+from corl.services.errors import ForbiddenError, InvalidInputError, ServiceError, UnavailableError
 from corl.tasks import Task, get_task
 
 from .backends.base import Backend, BackendError, GenerateOutput, SamplingParams, StaleVersionError, WeightLoadError
@@ -219,7 +220,21 @@ class ModelServing:
         )
         return out.weight_version, [min(1.0, max(0.0, s)) for s in out.scores]
 
+    def _check_in_store(self, uri: str) -> None:
+        """403 for a directory outside ``weights_root``, judged after resolving links and ``..``, so
+        a symlink in the store that points elsewhere is refused too."""
+        root = self.settings.weights_root
+        if root is None:
+            return
+        try:
+            inside = Path(uri).resolve().is_relative_to(root.resolve())
+        except (OSError, ValueError, RuntimeError) as err:  # a NUL byte, a symlink loop
+            raise InvalidInputError(f"uri {uri!r} is not a usable path: {err}", "uri") from None
+        if not inside:
+            raise ForbiddenError(f"uri {uri!r} is outside this server's weights store {str(root)!r}", "uri")
+
     async def update_weights(self, req: WeightUpdateRequest) -> WeightUpdateResponse:
+        self._check_in_store(req.uri)
         self.require_ready()
         async with self._swap_lock:
             previous = self.backend.weight_version

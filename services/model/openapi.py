@@ -1,0 +1,41 @@
+"""The model server's OpenAPI document states this server's own bounds, not only the contract's: the
+request limits of its settings (prompts or items per call, ``n``/``n_votes``, ``max_tokens``) and the
+task names it can grade. A client, or a fuzzer, reading ``/openapi.json`` then knows what the server
+accepts without trying; the exported ``proto/openapi/model_server.json`` shows the defaults."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI
+
+from corl.tasks import task_names
+
+from .settings import ServerSettings
+
+
+def bound_schemas(schemas: dict[str, Any], settings: ServerSettings) -> None:
+    """Write the settings' bounds into the request schemas of ``components.schemas`` (in place)."""
+    gen = schemas["GenerateRequest"]["properties"]
+    gen["prompts"]["maxItems"] = settings.max_prompts
+    gen["n"]["maximum"] = settings.max_n
+    gen["max_tokens"]["maximum"] = settings.max_tokens
+    grade = schemas["GradeRequest"]["properties"]
+    grade["items"]["maxItems"] = settings.max_prompts
+    grade["n_votes"]["maximum"] = settings.max_n
+    grade["task"]["enum"] = task_names()
+    schemas["SamplingSettings"]["properties"]["max_tokens"]["maximum"] = settings.max_tokens
+
+
+def publish_bounds(app: FastAPI, settings: ServerSettings) -> None:
+    """Make ``app.openapi()`` (served at ``/openapi.json``) carry ``settings``' bounds."""
+    build = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is not None:
+            return app.openapi_schema
+        doc = build()  # FastAPI keeps this document as app.openapi_schema: bounded once
+        bound_schemas(doc["components"]["schemas"], settings)
+        return doc
+
+    app.openapi = openapi  # type: ignore[method-assign]

@@ -10,20 +10,20 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from ._base import WireModel
+from ._base import WireModel, WireRequest
 from .grade import GradeMode, Score
 
 GraderName = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9_-]{0,39}$")]
 
 
-class PromptRecord(WireModel):
+class PromptRecord(WireRequest):
     """One prompt of a JSONL prompt file or of ``POST /v1/prompts``."""
 
     prompt: str = Field(min_length=1)
     answer: str | None = Field(default=None, description="Dataset answer: diagnostics only, never a reward.")
 
 
-class PromptsPost(WireModel):
+class PromptsPost(WireRequest):
     prompts: list[PromptRecord] = Field(min_length=1)
 
 
@@ -35,7 +35,7 @@ class PromptsAccepted(WireModel):
 GraderMode = Literal["push", "pull"]
 
 
-class GraderRegistration(WireModel):
+class GraderRegistration(WireRequest):
     """``POST /v1/graders`` (admin token): push agents give the base URL of their ``/v1/grade``."""
 
     name: GraderName
@@ -70,12 +70,12 @@ class GradingTasks(WireModel):
     tasks: list[GradingTask]
 
 
-class GradingResult(WireModel):
+class GradingResult(WireRequest):
     task_id: str = Field(min_length=1)
     score: Score
 
 
-class GradingResults(WireModel):
+class GradingResults(WireRequest):
     results: list[GradingResult] = Field(min_length=1)
 
 

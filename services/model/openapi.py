@@ -14,8 +14,9 @@ from corl.tasks import task_names
 from .settings import ServerSettings
 
 
-def bound_schemas(schemas: dict[str, Any], settings: ServerSettings) -> None:
-    """Write the settings' bounds into the request schemas of ``components.schemas`` (in place)."""
+def bound_schemas(schemas: dict[str, Any], settings: ServerSettings, judge_tasks: list[str] | None = None) -> None:
+    """Write the settings' bounds into the request schemas of ``components.schemas`` (in place), and
+    ``judge_tasks``, when known, as the tasks ``mode: judge`` accepts."""
     gen = schemas["GenerateRequest"]["properties"]
     gen["prompts"]["maxItems"] = settings.max_prompts
     gen["n"]["maximum"] = settings.max_n
@@ -24,18 +25,27 @@ def bound_schemas(schemas: dict[str, Any], settings: ServerSettings) -> None:
     grade["items"]["maxItems"] = settings.max_prompts
     grade["n_votes"]["maximum"] = settings.max_n
     grade["task"]["enum"] = task_names()
+    if judge_tasks is not None and judge_tasks != task_names():
+        judge = {"properties": {"mode": {"const": "judge"}}, "required": ["mode"]}
+        schemas["GradeRequest"]["if"] = judge
+        schemas["GradeRequest"]["then"] = {"properties": {"task": {"enum": judge_tasks}}} if judge_tasks else False
     schemas["SamplingSettings"]["properties"]["max_tokens"]["maximum"] = settings.max_tokens
 
 
 def publish_bounds(app: FastAPI, settings: ServerSettings) -> None:
-    """Make ``app.openapi()`` (served at ``/openapi.json``) carry ``settings``' bounds."""
+    """Make ``app.openapi()`` (served at ``/openapi.json``) carry ``settings``' bounds, and the tasks
+    the loaded model can judge."""
     build = app.openapi
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is not None:
             return app.openapi_schema
-        doc = build()  # FastAPI keeps this document as app.openapi_schema: bounded once
-        bound_schemas(doc["components"]["schemas"], settings)
+        doc = build()  # FastAPI keeps this document as app.openapi_schema
+        serving = app.state.serving
+        judge_tasks = serving.judge_tasks() if serving is not None else None
+        bound_schemas(doc["components"]["schemas"], settings, judge_tasks)
+        if judge_tasks is None:
+            app.openapi_schema = None  # the model is not loaded yet: build it again once it is
         return doc
 
     app.openapi = openapi  # type: ignore[method-assign]

@@ -23,7 +23,7 @@ from corl.proto import (
     WeightUpdateResponse,
 )
 from corl.services.errors import ForbiddenError, InvalidInputError, ServiceError, UnavailableError
-from corl.tasks import Task, get_task
+from corl.tasks import Task, get_task, task_names
 
 from .backends.base import Backend, BackendError, GenerateOutput, SamplingParams, StaleVersionError, WeightLoadError
 from .batching import GenerateBatcher
@@ -45,6 +45,7 @@ class ModelServing:
         self._batcher: GenerateBatcher | None = None
         self._renderer: PromptRenderer | None = None
         self._tasks: dict[str, Task] = {}
+        self._judge_tasks: list[str] | None = None
         self.start_error: BaseException | None = None
 
     # --- lifecycle ----------------------------------------------------------------------------
@@ -211,7 +212,27 @@ class ModelServing:
 
         return out.weight_version, await asyncio.to_thread(score)
 
+    def judge_tasks(self) -> list[str] | None:
+        """Tasks this model can judge (each verdict one token of its tokenizer); None until it is loaded."""
+        if not self.ready:
+            return None
+        if self._judge_tasks is None:
+            tok = self.backend.tokenizer
+            self._judge_tasks = [
+                name
+                for name in task_names()
+                if tok is None  # an engine without a tokenizer of ours checks verdicts itself
+                or all(len(tok.encode(v, add_special_tokens=False)) == 1 for v in self._task(name).verdict_tokens)
+            ]
+        return self._judge_tasks
+
     async def _judge(self, req: GradeRequest, task: Task) -> tuple[int, list[float]]:
+        if req.task not in (self.judge_tasks() or ()):
+            raise InvalidInputError(
+                f"task {req.task!r} cannot be judged by {self.backend.name}: its verdicts "
+                f"{list(task.verdict_tokens)} are not single tokens of this model's tokenizer",
+                "task",
+            )
         judge_texts = [task.judge_prompt(item.prompt, item.response) for item in req.items]
         texts = self._render(judge_texts, req.format, 1, "items")
         correct, incorrect = task.verdict_tokens

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
 from ._base import WireModel, WireRequest
 from .grade import GradeMode, Score
@@ -38,9 +38,18 @@ GraderMode = Literal["push", "pull"]
 class GraderRegistration(WireRequest):
     """``POST /v1/graders`` (admin token): push agents give the base URL of their ``/v1/grade``."""
 
+    # The rule of ``_url_for_push``, published: a push grader has a url, a pull grader none.
+    model_config = ConfigDict(
+        json_schema_extra={
+            "if": {"properties": {"mode": {"const": "push"}}},
+            "then": {"required": ["url"], "properties": {"url": {"type": "string"}}},
+            "else": {"properties": {"url": {"type": "null"}}},
+        }
+    )
+
     name: GraderName
     mode: GraderMode
-    url: str | None = Field(default=None, description="Base URL of POST /v1/grade (push mode).")
+    url: str | None = Field(default=None, min_length=1, description="Base URL of POST /v1/grade (push mode).")
 
     @model_validator(mode="after")
     def _url_for_push(self) -> GraderRegistration:

@@ -54,7 +54,7 @@ async def readyz(serving: Serving) -> HealthResponse:
     return HealthResponse()
 
 
-@router.get("/metrics", responses=error_responses(503))
+@router.get("/metrics", response_class=Response, responses=error_responses(503))
 async def metrics(serving: Serving) -> Response:
     return Response(generate_latest(serving.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 

@@ -6,11 +6,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from conftest import FUZZ_CONTEXT
 from hooks import CONTEXT_ENV, MODEL_DIR_ENV
 from support import run_schemathesis, serve_app
 
+from corl.config import parse_config
+from corl.services.aggregator import AggregatorSettings
+from corl.services.aggregator import create_app as create_aggregator
+from corl.services.aggregator.testing import FakeCohort
 from corl.services.model.app import create_app as create_model_app
 
 pytestmark = [pytest.mark.fuzz, pytest.mark.timeout(400)]
@@ -26,5 +31,31 @@ def test_model_server_contract(server_settings: Any, fuzz_model_dir: Path, tmp_p
     with serve_app(create_model_app(settings)) as url:
         env = {MODEL_DIR_ENV: str(fuzz_model_dir), CONTEXT_ENV: str(FUZZ_CONTEXT)}
         run = run_schemathesis(url, {"admin": ADMIN}, tmp_path, MAX_EXAMPLES, env=env)
+    print(run.output)
+    assert run.returncode == 0, run.output
+
+
+def test_aggregator_contract(redis_url: str, tmp_path: Path) -> None:
+    cfg = parse_config(
+        {
+            "run_id": "fuzz",
+            "members": [{"name": n, "model": "unused", "servers": [FakeCohort.url(n)]} for n in ("a", "b")],
+            "rounds": {"prompt_source": {"kind": "http"}},
+        }
+    )
+    settings = AggregatorSettings(
+        config=Path("/nonexistent.yaml"),
+        redis_url=redis_url,
+        admin_token=ADMIN,
+        autostart=False,  # no rounds: the routes are what is fuzzed
+        grading={"max_wait_s": 0.2, "rate_limit_per_min": 100_000},
+    )
+    app = create_aggregator(settings, config=cfg, transport=FakeCohort.of("a", "b").transport())
+    with serve_app(app) as url:
+        reg = httpx.post(
+            f"{url}/v1/graders", json={"name": "fuzzer", "mode": "pull"}, headers={"Authorization": f"Bearer {ADMIN}"}
+        )
+        assert reg.status_code == 201, reg.text
+        run = run_schemathesis(url, {"admin": ADMIN, "grader": reg.json()["token"]}, tmp_path, MAX_EXAMPLES)
     print(run.output)
     assert run.returncode == 0, run.output

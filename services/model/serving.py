@@ -217,13 +217,7 @@ class ModelServing:
         if not self.ready:
             return None
         if self._judge_tasks is None:
-            tok = self.backend.tokenizer
-            self._judge_tasks = [
-                name
-                for name in task_names()
-                if tok is None  # an engine without a tokenizer of ours checks verdicts itself
-                or all(len(tok.encode(v, add_special_tokens=False)) == 1 for v in self._task(name).verdict_tokens)
-            ]
+            self._judge_tasks = [n for n in task_names() if self.backend.judges(self._task(n).verdict_tokens)]
         return self._judge_tasks
 
     async def _judge(self, req: GradeRequest, task: Task) -> tuple[int, list[float]]:

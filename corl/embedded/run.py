@@ -58,8 +58,16 @@ def start_services(cfg: CohortConfig, run_dir: Path, group: ProcessGroup, aggreg
             group.start(
                 f"server-{m.name}-{i}",
                 corl_command(
-                    "serve", "model", "--model", m.model, "--name", m.name, "--port", port,
-                    "--weights-root", cfg.weights_dir,
+                    "serve",
+                    "model",
+                    "--model",
+                    m.model,
+                    "--name",
+                    m.name,
+                    "--port",
+                    port,
+                    "--weights-root",
+                    cfg.weights_dir,
                 ),  # fmt: skip
                 health_url=f"{url}/readyz",
             )

@@ -5,8 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
-FUZZ_CONTEXT = 512
+from support import FUZZ_CONTEXT
 
 
 @pytest.fixture(scope="session")

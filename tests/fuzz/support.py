@@ -19,6 +19,7 @@ import uvicorn
 from corl.health import wait_healthy
 
 HOOKS = "hooks"  # tests/fuzz/hooks.py, importable with this folder on PYTHONPATH
+FUZZ_CONTEXT = 512  # the fuzzed model's context: room for long prompts (conftest.fuzz_model_dir)
 
 
 @contextlib.contextmanager

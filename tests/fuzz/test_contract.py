@@ -8,9 +8,8 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import FUZZ_CONTEXT
 from hooks import CONTEXT_ENV, MODEL_DIR_ENV
-from support import run_schemathesis, serve_app
+from support import FUZZ_CONTEXT, run_schemathesis, serve_app
 
 from corl.config import parse_config
 from corl.services.aggregator import AggregatorSettings

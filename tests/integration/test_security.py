@@ -6,7 +6,7 @@ byte of them is read."""
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, MutableMapping
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -179,13 +179,13 @@ async def test_oversized_bodies_get_413_before_they_are_read(redis_url: str, ser
         assert r.status_code == 413 and r.json()["error"]["type"] == "payload_too_large"
         # A declared length over the bound is refused without reading the body at all.
         reads: list[str] = []
-        sent: list[dict[str, Any]] = []
+        sent: list[MutableMapping[str, Any]] = []
 
         async def receive() -> dict[str, Any]:
             reads.append("body")
             return {"type": "http.request", "body": b"{}", "more_body": False}
 
-        async def send(message: dict[str, Any]) -> None:
+        async def send(message: MutableMapping[str, Any]) -> None:
             sent.append(message)
 
         scope = {

@@ -21,6 +21,13 @@ def bound_schemas(schemas: dict[str, Any], settings: ServerSettings, judge_tasks
     gen["prompts"]["maxItems"] = settings.max_prompts
     gen["n"]["maximum"] = settings.max_n
     gen["max_tokens"]["maximum"] = settings.max_tokens
+    # An omitted field gets the contract's default, lowered to the bound (ModelServing._omitted).
+    for props, field, bound in (
+        (gen, "max_tokens", settings.max_tokens),
+        (schemas["GradeRequest"]["properties"], "n_votes", settings.max_n),
+        (schemas["SamplingSettings"]["properties"], "max_tokens", settings.max_tokens),
+    ):
+        props[field]["default"] = min(props[field]["default"], bound)
     grade = schemas["GradeRequest"]["properties"]
     grade["items"]["maxItems"] = settings.max_prompts
     grade["n_votes"]["maximum"] = settings.max_n

@@ -12,6 +12,8 @@ from collections.abc import Awaitable, Sequence
 from pathlib import Path
 from typing import TypeVar
 
+from pydantic import BaseModel
+
 from corl.proto import (
     GenerateRequest,
     GenerateResponse,
@@ -33,6 +35,7 @@ from .settings import ServerSettings
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+M = TypeVar("M", bound=BaseModel)
 
 
 class ModelServing:
@@ -117,6 +120,12 @@ class ModelServing:
                 f"{field}: {count} entries, this server allows at most {self.settings.max_prompts}", field
             )
 
+    def _omitted(self, model: M, bounds: dict[str, int]) -> M:
+        """Fields the request leaves out take the contract's default lowered to this server's bound
+        (the default the published schema shows): leaving a field out never gets a request refused."""
+        update = {f: min(getattr(model, f), b) for f, b in bounds.items() if f not in model.model_fields_set}
+        return model.model_copy(update=update) if update else model
+
     def _check_n(self, n: int, field: str) -> None:
         if n > self.settings.max_n:
             raise InvalidInputError(f"{field}={n} exceeds this server's bound {self.settings.max_n}", field)
@@ -148,6 +157,7 @@ class ModelServing:
 
     # --- endpoints ----------------------------------------------------------------------------
     async def generate(self, req: GenerateRequest) -> GenerateResponse:
+        req = self._omitted(req, {"max_tokens": self.settings.max_tokens})
         self._check_count(len(req.prompts), "prompts")
         self._check_n(req.n, "n")
         self._check_max_tokens(req.max_tokens, "max_tokens")
@@ -177,6 +187,8 @@ class ModelServing:
         )
 
     async def grade(self, req: GradeRequest) -> GradeResponse:
+        sampling = self._omitted(req.sampling, {"max_tokens": self.settings.max_tokens})
+        req = self._omitted(req, {"n_votes": self.settings.max_n}).model_copy(update={"sampling": sampling})
         self._check_count(len(req.items), "items")
         self._check_n(req.n_votes, "n_votes")
         task = self._task(req.task)

@@ -11,6 +11,9 @@ from fastapi import FastAPI
 
 from corl.proto._base import WireRequest
 from corl.services.http import _field_of, install_error_handlers
+from corl.services.model.app import create_app
+from corl.services.model.settings import ServerSettings
+from corl.services.model.testing import FakeBackend
 from corl.tasks import task_names
 
 
@@ -99,3 +102,22 @@ async def test_a_field_named_like_a_location_is_named_in_full() -> None:
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as c:
         r = await c.post("/x", json={"body": {"query": "nope"}})
     assert r.status_code == 422 and r.json()["error"]["field"] == "body.query"
+
+
+async def test_omitted_fields_fit_a_server_with_bounds_below_the_contract_defaults() -> None:
+    """max_tokens defaults to 16 and n_votes to 8; a server bounded at 8 and 4 still serves requests
+    that leave them out (with its bound as the default, as its schema says) instead of refusing them."""
+    settings = ServerSettings(_env_file=None, model_dir="unused", max_tokens=8, max_n=4)  # type: ignore[call-arg]
+    app = create_app(settings, FakeBackend())
+    async with app.router.lifespan_context(app):
+        await app.state.serving.wait_ready(5)
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://fake") as c:
+            schemas = (await c.get("/openapi.json")).json()["components"]["schemas"]
+            assert schemas["GenerateRequest"]["properties"]["max_tokens"]["default"] == 8
+            assert schemas["SamplingSettings"]["properties"]["max_tokens"]["default"] == 8
+            assert schemas["GradeRequest"]["properties"]["n_votes"]["default"] == 4
+            assert (await c.post("/v1/generate", json={"prompts": ["1+1="]})).status_code == 200
+            grade = {"task": "addition", "items": [{"prompt": "1+1=", "response": "2"}]}
+            assert (await c.post("/v1/grade", json=grade)).json()["scores"] == [0.0]  # FakeBackend says 46
+            given = await c.post("/v1/generate", json={"prompts": ["1+1="], "max_tokens": 9})
+            assert given.status_code == 422 and given.json()["error"]["field"] == "max_tokens"

@@ -121,3 +121,12 @@ async def test_omitted_fields_fit_a_server_with_bounds_below_the_contract_defaul
             assert (await c.post("/v1/grade", json=grade)).json()["scores"] == [0.0]  # FakeBackend says 46
             given = await c.post("/v1/generate", json={"prompts": ["1+1="], "max_tokens": 9})
             assert given.status_code == 422 and given.json()["error"]["field"] == "max_tokens"
+
+
+async def test_stop_strings_the_tokenizer_cannot_produce_are_not_a_server_error(client: httpx.AsyncClient) -> None:
+    """transformers refuses stop strings no token sequence makes ("\\t" for the char tokenizer); such a
+    string can never occur in the output, so it ends nothing and the request is served."""
+    for stop in (["\t"], ["é", "\n\n"], ["\t", "+"]):
+        r = await client.post("/v1/generate", json={"prompts": ["1+1="], "max_tokens": 6, "stop": stop, "seed": 1})
+        assert r.status_code == 200, (stop, r.text)
+        assert all(not any(s in x["text"] for s in stop) for x in r.json()["results"][0]["samples"])

@@ -2,11 +2,31 @@
 
 from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import AfterValidator, Field, WithJsonSchema
 
 from ._base import WireInt, WireModel, WireRequest
 
 NonEmptyStr = Annotated[str, Field(min_length=1)]
+MIN_TEMPERATURE = 1e-3
+
+
+def _temperature(v: float) -> float:
+    if 0.0 < v < MIN_TEMPERATURE:  # logits / 1e-198 overflow: sampling would see inf and nan
+        raise ValueError(f"temperature must be 0 (greedy) or at least {MIN_TEMPERATURE}")
+    return v
+
+
+Temperature = Annotated[
+    float,
+    Field(ge=0.0),
+    AfterValidator(_temperature),
+    WithJsonSchema(
+        {
+            "anyOf": [{"type": "number", "const": 0}, {"type": "number", "minimum": MIN_TEMPERATURE}],
+            "description": f"0 means greedy; otherwise at least {MIN_TEMPERATURE}.",
+        }
+    ),
+]
 StopStrings = Annotated[list[NonEmptyStr], Field(max_length=16, description="Stop strings (at most 16).")]
 
 
@@ -32,7 +52,7 @@ class SamplingSettings(WireRequest):
     """The sampling settings of a run: sent with every generate call and carried by every graded
     batch, so the trainer recomputes log-probs under the distribution the samples were drawn from."""
 
-    temperature: float = Field(default=1.0, ge=0.0, description="0 means greedy.")
+    temperature: Temperature = 1.0
     top_p: float = Field(default=1.0, gt=0.0, le=1.0)
     max_tokens: WireInt = Field(default=16, ge=1, description="Maximum new tokens per sample.")
     stop: StopStrings = Field(default_factory=list)
@@ -44,7 +64,7 @@ class GenerateRequest(WireRequest):
     prompts: list[NonEmptyStr] = Field(min_length=1, description="Prompts (task text), each non-empty.")
     n: WireInt = Field(default=1, ge=1, description="Samples per prompt.")
     max_tokens: WireInt = Field(default=16, ge=1, description="Maximum new tokens per sample.")
-    temperature: float = Field(default=1.0, ge=0.0, description="0 means greedy.")
+    temperature: Temperature = 1.0
     top_p: float = Field(default=1.0, gt=0.0, le=1.0)
     stop: StopStrings = Field(
         default_factory=list, description="Generation ends after the token that completes one of these."

@@ -65,7 +65,9 @@ def _field_of(loc: tuple[object, ...]) -> str:
 
 async def _service_error(_: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, ServiceError)
-    return error_response(exc.status, exc.type, exc.message, exc.field)
+    retry = getattr(exc, "retry_after_s", None)
+    headers = {"Retry-After": str(retry)} if retry is not None else None
+    return error_response(exc.status, exc.type, exc.message, exc.field, headers)
 
 
 async def _validation(_: Request, exc: Exception) -> JSONResponse:

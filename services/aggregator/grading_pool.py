@@ -92,7 +92,8 @@ class GradingPool:
         if name is None:
             raise UnauthorizedError("unknown grader token")
         grader = _text(name)
-        window = int(time.time() // 60)
+        now = time.time()
+        window = int(now // 60)
         rate_key = keys.grader_rate(self.run, grader, window)
         pipe = self.redis.pipeline(transaction=True)
         pipe.incr(rate_key)
@@ -100,7 +101,10 @@ class GradingPool:
         pipe.hset(keys.graders_seen(self.run), grader, repr(time.time()))
         count, _, _ = await pipe.execute()
         if int(count) > self.settings.rate_limit_per_min:
-            raise RateLimitedError(f"grader {grader!r} exceeded {self.settings.rate_limit_per_min} requests per minute")
+            raise RateLimitedError(
+                f"grader {grader!r} exceeded {self.settings.rate_limit_per_min} requests per minute",
+                retry_after_s=max(1, int((window + 1) * 60 - now + 0.999)),  # when the next window opens
+            )
         return grader
 
     async def names(self) -> list[str]:

@@ -140,6 +140,7 @@ async def test_grader_tokens_are_rate_limited_per_grader(redis_url: str) -> None
         if int(time.time() // 60) == window:  # (a new minute starts a new window)
             assert statuses == [200, 200, 200, 429, 429]
             assert limited.status_code == 429 and limited.json()["error"]["type"] == "rate_limited"
+            assert 1 <= int(limited.headers["Retry-After"]) <= 60  # seconds until the next window
         assert (await agg.get("/v1/grading/tasks", headers=auth(other))).status_code == 200
 
 

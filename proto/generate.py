@@ -2,15 +2,35 @@
 
 from typing import Annotated, Literal
 
-from pydantic import Field, field_validator
+from pydantic import AfterValidator, Field, WithJsonSchema
 
-from ._base import WireModel
+from ._base import WireInt, WireModel, WireRequest
 
 NonEmptyStr = Annotated[str, Field(min_length=1)]
+MIN_TEMPERATURE = 1e-3
+
+
+def _temperature(v: float) -> float:
+    if 0.0 < v < MIN_TEMPERATURE:  # logits / 1e-198 overflow: sampling would see inf and nan
+        raise ValueError(f"temperature must be 0 (greedy) or at least {MIN_TEMPERATURE}")
+    return v
+
+
+Temperature = Annotated[
+    float,
+    Field(ge=0.0),
+    AfterValidator(_temperature),
+    WithJsonSchema(
+        {
+            "anyOf": [{"type": "number", "const": 0}, {"type": "number", "minimum": MIN_TEMPERATURE}],
+            "description": f"0 means greedy; otherwise at least {MIN_TEMPERATURE}.",
+        }
+    ),
+]
 StopStrings = Annotated[list[NonEmptyStr], Field(max_length=16, description="Stop strings (at most 16).")]
 
 
-class PromptFormat(WireModel):
+class PromptFormat(WireRequest):
     """How a model server turns a task prompt into its own model's input text.
 
     With ``chat`` the prompt becomes a user message (after a ``system`` message when one is given),
@@ -22,39 +42,36 @@ class PromptFormat(WireModel):
     chat: bool = Field(default=False, description="Render with the member's chat template when it has one.")
     system: str | None = Field(default=None, description="Instruction text: the system message, or {system}.")
     template: str = Field(
-        default="{prompt}", description="Plain template: {prompt} is the task text, {system} the instruction."
+        default="{prompt}",
+        pattern=r"\{prompt\}",  # unanchored, as JSON Schema reads it: somewhere in the template
+        description="Plain template: {prompt} is the task text, {system} the instruction; must contain {prompt}.",
     )
 
-    @field_validator("template")
-    @classmethod
-    def _has_prompt(cls, v: str) -> str:
-        if "{prompt}" not in v:
-            raise ValueError("template must contain {prompt}")
-        return v
 
-
-class SamplingSettings(WireModel):
+class SamplingSettings(WireRequest):
     """The sampling settings of a run: sent with every generate call and carried by every graded
     batch, so the trainer recomputes log-probs under the distribution the samples were drawn from."""
 
-    temperature: float = Field(default=1.0, ge=0.0, description="0 means greedy.")
+    temperature: Temperature = 1.0
     top_p: float = Field(default=1.0, gt=0.0, le=1.0)
-    max_tokens: int = Field(default=16, ge=1, description="Maximum new tokens per sample.")
+    max_tokens: WireInt = Field(default=16, ge=1, description="Maximum new tokens per sample.")
     stop: StopStrings = Field(default_factory=list)
 
 
-class GenerateRequest(WireModel):
+class GenerateRequest(WireRequest):
     """Sampling request. Server-side bounds (max prompts, n, max_tokens) are configured per server."""
 
     prompts: list[NonEmptyStr] = Field(min_length=1, description="Prompts (task text), each non-empty.")
-    n: int = Field(default=1, ge=1, description="Samples per prompt.")
-    max_tokens: int = Field(default=16, ge=1, description="Maximum new tokens per sample.")
-    temperature: float = Field(default=1.0, ge=0.0, description="0 means greedy.")
+    n: WireInt = Field(default=1, ge=1, description="Samples per prompt.")
+    max_tokens: WireInt = Field(default=16, ge=1, description="Maximum new tokens per sample.")
+    temperature: Temperature = 1.0
     top_p: float = Field(default=1.0, gt=0.0, le=1.0)
     stop: StopStrings = Field(
         default_factory=list, description="Generation ends after the token that completes one of these."
     )
-    seed: int | None = Field(default=None, description="Makes sampling reproducible for this request.")
+    seed: WireInt | None = Field(
+        default=None, ge=-(2**63), le=2**63 - 1, description="Makes sampling reproducible for this request."
+    )
     format: PromptFormat = Field(default_factory=PromptFormat, description="How the server renders each prompt.")
 
     @classmethod

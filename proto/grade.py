@@ -10,13 +10,13 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from ._base import WireModel
+from ._base import WireInt, WireModel, WireRequest
 from .generate import PromptFormat, SamplingSettings
 
 Score = Annotated[float, Field(ge=0.0, le=1.0)]
 
 
-class GradeItem(WireModel):
+class GradeItem(WireRequest):
     prompt: str = Field(min_length=1, description="Task text of the prompt.")
     response: str
 
@@ -24,7 +24,7 @@ class GradeItem(WireModel):
 GradeMode = Literal["vote", "judge"]
 
 
-class GradeRequest(WireModel):
+class GradeRequest(WireRequest):
     """``vote``: the grader samples ``n_votes`` answers of its own to the prompt (with ``sampling``)
     and the score is the fraction that agree with the response's extracted answer. ``judge``: the
     grader reads the task's judge text for (prompt, response), rendered with ``format``, and the
@@ -33,7 +33,7 @@ class GradeRequest(WireModel):
     items: list[GradeItem] = Field(min_length=1)
     task: str = Field(min_length=1, description="Task plug-in (addition, math, code): answers and judge texts.")
     mode: GradeMode = "vote"
-    n_votes: int = Field(default=8, ge=1)
+    n_votes: WireInt = Field(default=8, ge=1)
     format: PromptFormat = Field(default_factory=PromptFormat)
     sampling: SamplingSettings = Field(default_factory=SamplingSettings, description="Vote mode only.")
 

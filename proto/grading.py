@@ -8,22 +8,22 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
-from ._base import WireModel
+from ._base import WireModel, WireRequest
 from .grade import GradeMode, Score
 
 GraderName = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9_-]{0,39}$")]
 
 
-class PromptRecord(WireModel):
+class PromptRecord(WireRequest):
     """One prompt of a JSONL prompt file or of ``POST /v1/prompts``."""
 
     prompt: str = Field(min_length=1)
     answer: str | None = Field(default=None, description="Dataset answer: diagnostics only, never a reward.")
 
 
-class PromptsPost(WireModel):
+class PromptsPost(WireRequest):
     prompts: list[PromptRecord] = Field(min_length=1)
 
 
@@ -35,12 +35,21 @@ class PromptsAccepted(WireModel):
 GraderMode = Literal["push", "pull"]
 
 
-class GraderRegistration(WireModel):
+class GraderRegistration(WireRequest):
     """``POST /v1/graders`` (admin token): push agents give the base URL of their ``/v1/grade``."""
+
+    # The rule of ``_url_for_push``, published: a push grader has a url, a pull grader none.
+    model_config = ConfigDict(
+        json_schema_extra={
+            "if": {"properties": {"mode": {"const": "push"}}},
+            "then": {"required": ["url"], "properties": {"url": {"type": "string"}}},
+            "else": {"properties": {"url": {"type": "null"}}},
+        }
+    )
 
     name: GraderName
     mode: GraderMode
-    url: str | None = Field(default=None, description="Base URL of POST /v1/grade (push mode).")
+    url: str | None = Field(default=None, min_length=1, description="Base URL of POST /v1/grade (push mode).")
 
     @model_validator(mode="after")
     def _url_for_push(self) -> GraderRegistration:
@@ -70,12 +79,12 @@ class GradingTasks(WireModel):
     tasks: list[GradingTask]
 
 
-class GradingResult(WireModel):
+class GradingResult(WireRequest):
     task_id: str = Field(min_length=1)
     score: Score
 
 
-class GradingResults(WireModel):
+class GradingResults(WireRequest):
     results: list[GradingResult] = Field(min_length=1)
 
 

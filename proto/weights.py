@@ -4,13 +4,13 @@ from typing import Literal
 
 from pydantic import Field
 
-from ._base import WireModel
+from ._base import WireInt, WireModel, WireRequest
 
 WeightFormat = Literal["full", "lora"]
 
 
-class WeightUpdateRequest(WireModel):
-    version: int = Field(ge=1, description="Must be greater than the version now serving (else 409).")
+class WeightUpdateRequest(WireRequest):
+    version: WireInt = Field(ge=1, description="Must be greater than the version now serving (else 409).")
     uri: str = Field(min_length=1, description="Directory in save_pretrained layout (adapter layout for lora).")
     sha256: str = Field(
         pattern=r"^[0-9a-f]{64}$",

@@ -53,7 +53,13 @@ class ConflictError(ServiceError):
 
 
 class RateLimitedError(ServiceError):
+    """Too many requests (429); ``retry_after_s``, when known, becomes the ``Retry-After`` header."""
+
     status, type = 429, "rate_limited"
+
+    def __init__(self, message: str, retry_after_s: int | None = None) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
 
 
 class UnavailableError(ServiceError):

@@ -8,11 +8,12 @@ import hmac
 import logging
 import time
 from collections.abc import Mapping
-from typing import Annotated
+from typing import Annotated, Any
 
-from fastapi import FastAPI, Header, Request
+from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -50,15 +51,23 @@ def error_response(
     return JSONResponse(body.model_dump(mode="json"), status_code=status, headers=hdrs or None)
 
 
+def error_responses(*codes: int) -> dict[int | str, dict[str, Any]]:
+    """The ``responses=`` of a route: each status it can answer besides 200, in the one error shape."""
+    return {code: {"model": ErrorResponse} for code in codes}
+
+
 def _field_of(loc: tuple[object, ...]) -> str:
-    # Only the first element names where the value came from: a body field may be called "query".
-    parts = [str(p) for p in (loc[1:] if loc and loc[0] in ("body", "query", "path", "header") else loc)]
-    return ".".join(parts) or "body"
+    """``("body", "items", 0, "prompt")`` -> ``items.0.prompt``: only the location's first element (where
+    the value came from) is dropped, so a field that is itself named ``body`` or ``query`` survives."""
+    parts = [str(p) for p in loc[1:]] if loc and loc[0] in ("body", "query", "path", "header", "cookie") else loc
+    return ".".join(str(p) for p in parts) or "body"
 
 
 async def _service_error(_: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, ServiceError)
-    return error_response(exc.status, exc.type, exc.message, exc.field)
+    retry = getattr(exc, "retry_after_s", None)
+    headers = {"Retry-After": str(retry)} if retry is not None else None
+    return error_response(exc.status, exc.type, exc.message, exc.field, headers)
 
 
 async def _validation(_: Request, exc: Exception) -> JSONResponse:
@@ -72,6 +81,8 @@ async def _validation(_: Request, exc: Exception) -> JSONResponse:
 
 async def _http(_: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, StarletteHTTPException)
+    if exc.status_code == 400:  # FastAPI's "error parsing the body" (e.g. bytes that are not UTF-8): bad input
+        return error_response(422, "invalid_request", f"unreadable request body: {exc.detail}", "body")
     type_ = STATUS_TYPES.get(exc.status_code, "internal")
     return error_response(exc.status_code, type_, str(exc.detail), headers=exc.headers)
 
@@ -92,30 +103,36 @@ def install_error_handlers(app: FastAPI) -> None:
 # --- authentication ----------------------------------------------------------------------------
 
 
-def bearer_token(authorization: str | None) -> str:
+# Published as OpenAPI security schemes, so clients (and the fuzzer) know which token each route takes.
+admin_bearer = HTTPBearer(
+    auto_error=False, scheme_name="admin", description="The service's admin token (CORL_ADMIN_TOKEN)."
+)
+grader_bearer = HTTPBearer(
+    auto_error=False, scheme_name="grader", description="A grader's token, returned once by POST /v1/graders."
+)
+Credentials = HTTPAuthorizationCredentials | None
+
+
+def bearer_token(credentials: Credentials) -> str:
     """The token of an ``Authorization: Bearer <token>`` header; 401 when there is none."""
-    scheme, _, token = (authorization or "").partition(" ")
-    if scheme.lower() != "bearer" or not token.strip():
+    token = credentials.credentials.strip() if credentials else ""
+    if not token:
         raise UnauthorizedError("missing bearer token")
-    return token.strip()
+    return token
 
 
-def check_admin(authorization: str | None, admin_token: str | None) -> None:
-    """401 unless the header carries the admin token (compared in constant time). A service
-    without an admin token refuses every admin call."""
-    token = bearer_token(authorization)
+def check_admin(token: str, admin_token: str | None) -> None:
+    """401 unless ``token`` is the admin token (compared in constant time). A service without an
+    admin token refuses every admin call."""
     if not admin_token:
         raise UnauthorizedError("admin routes are disabled: CORL_ADMIN_TOKEN is not set on this service")
     if not hmac.compare_digest(token.encode(), admin_token.encode()):
         raise UnauthorizedError("wrong admin token")
 
 
-Authorization = Annotated[str | None, Header()]
-
-
-async def require_admin(request: Request, authorization: Authorization = None) -> None:
+async def require_admin(request: Request, credentials: Annotated[Credentials, Depends(admin_bearer)]) -> None:
     """Route dependency: the app's ``state.admin_token`` must be presented."""
-    check_admin(authorization, request.app.state.admin_token)
+    check_admin(bearer_token(credentials), request.app.state.admin_token)
 
 
 # --- middleware --------------------------------------------------------------------------------
@@ -171,12 +188,16 @@ def _replay(messages: list[Message], then: Receive) -> Receive:
 
 
 class HttpMetrics:
-    """``<prefix>_requests_total`` and ``<prefix>_request_duration_seconds`` by route template and status."""
+    """``<prefix>_requests_total`` and ``<prefix>_request_duration_seconds`` by route template and status;
+    ``<prefix>_auth_failures_total`` by route: every 401 (no token, a wrong one, or admin routes off)."""
 
     def __init__(self, metrics: MetricSet) -> None:
         self.requests = metrics.counter("requests", "HTTP requests by route and status.", "route", "status")
         self.duration = metrics.histogram(
             "request_duration_seconds", "HTTP request latency by route and status.", "route", "status"
+        )
+        self.auth_failures = metrics.counter(
+            "auth_failures", "Requests refused for want of a valid token (401), by route.", "route"
         )
 
 
@@ -205,6 +226,8 @@ class RequestMetricsMiddleware:
             labels = (getattr(scope.get("route"), "path", "other"), str(status))
             self.metrics.requests.labels(*labels).inc()
             self.metrics.duration.labels(*labels).observe(time.perf_counter() - start)
+            if status == 401:
+                self.metrics.auth_failures.labels(labels[0]).inc()
 
 
 def install_edge(

@@ -20,6 +20,10 @@ def model(
         str | None, typer.Option(help="transformers | vllm (default CORL_BACKEND or transformers).")
     ] = None,
     log_level: Annotated[str | None, typer.Option(help="Log level (default CORL_LOG_LEVEL or INFO).")] = None,
+    weights_root: Annotated[
+        Path | None,
+        typer.Option(help="Weights store: /v1/weights loads only directories under it (default CORL_WEIGHTS_ROOT)."),
+    ] = None,
 ) -> None:
     """Serve one cohort member: /v1/generate, /v1/grade, /v1/weights, /v1/info, /metrics.
 
@@ -35,7 +39,14 @@ def model(
     setup_logging(log_level)
     if not model_dir.is_dir():
         raise typer.BadParameter(f"{model_dir} is not a directory", param_hint="--model")
-    overrides = {"model_dir": str(model_dir.resolve()), "name": name, "host": host, "port": port, "backend": backend}
+    overrides = {
+        "model_dir": str(model_dir.resolve()),
+        "name": name,
+        "host": host,
+        "port": port,
+        "backend": backend,
+        "weights_root": weights_root,
+    }
     settings = ServerSettings(**{k: v for k, v in overrides.items() if v is not None})
     typer.echo(f"serving {settings.member_name} ({settings.backend}) on http://{settings.host}:{settings.port}")
     uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_config=None)

@@ -68,7 +68,18 @@ def start_services(cfg: CohortConfig, run_dir: Path, group: ProcessGroup, aggreg
             port = url.rsplit(":", 1)[1]
             group.start(
                 f"server-{m.name}-{i}",
-                corl_command("serve", "model", "--model", m.model, "--name", m.name, "--port", port),
+                corl_command(
+                    "serve",
+                    "model",
+                    "--model",
+                    m.model,
+                    "--name",
+                    m.name,
+                    "--port",
+                    port,
+                    "--weights-root",
+                    cfg.weights_dir,
+                ),  # fmt: skip
                 health_url=f"{url}/readyz",
             )
     group.wait_healthy()

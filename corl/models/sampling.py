@@ -77,7 +77,9 @@ def sample(
         eos_token_id=eos,
     )
     if stop:
-        gen_kwargs.update(stop_strings=list(stop), tokenizer=tokenizer)
+        gen_kwargs.update(stop_strings=producible_stop_strings(tokenizer, stop), tokenizer=tokenizer)
+        if not gen_kwargs["stop_strings"]:
+            del gen_kwargs["stop_strings"], gen_kwargs["tokenizer"]
     if greedy:
         gen_kwargs.update(temperature=None, top_p=None, top_k=None)
     else:
@@ -121,6 +123,27 @@ def end_token_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) ->
     if not found:
         raise ValueError("the model has no end token: set eos_token_id in its generation config or tokenizer")
     return found
+
+
+def producible_stop_strings(tokenizer: PreTrainedTokenizerBase, stop: Sequence[str]) -> list[str]:
+    """The stop strings some token sequence can produce. transformers refuses to stop on a string
+    with a character no token has; such a string never occurs in the output, so it is left out (and
+    ``stop_cut`` still ends completions at the others)."""
+    from transformers.generation.stopping_criteria import StopStringCriteria
+
+    try:
+        StopStringCriteria(tokenizer, list(stop))  # the common case: all of them, one check (cached)
+        return list(stop)
+    except ValueError:
+        pass
+    ok = []
+    for s in stop:
+        try:
+            StopStringCriteria(tokenizer, [s])
+            ok.append(s)
+        except ValueError:
+            continue
+    return ok
 
 
 def stop_cut(tokenizer: PreTrainedTokenizerBase, ids: list[int], stop: Sequence[str]) -> tuple[int, str] | None:

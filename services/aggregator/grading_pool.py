@@ -23,7 +23,6 @@ from corl import redis_keys as keys
 from corl.proto import GraderRegistered, GraderRegistration, GradingResults, GradingResultsAccepted, GradingTask
 from corl.rewards import GraderReliability
 from corl.services.errors import ConflictError, ForbiddenError, RateLimitedError, UnauthorizedError
-from corl.services.http import bearer_token
 
 from .metrics import AggregatorMetrics
 from .settings import GradingSettings
@@ -87,13 +86,14 @@ class GradingPool:
         self.reliability.register(reg.name, probation=True)
         return GraderRegistered(name=reg.name, mode=reg.mode, token=token, weight=self.reliability.weight(reg.name))
 
-    async def authenticate(self, authorization: str | None) -> str:
+    async def authenticate(self, token: str) -> str:
         """The grader's name for a bearer token; 401 when unknown. Also applies the rate limit."""
-        name = await self.redis.hget(keys.grader_tokens(self.run), token_hash(bearer_token(authorization)))
+        name = await self.redis.hget(keys.grader_tokens(self.run), token_hash(token))
         if name is None:
             raise UnauthorizedError("unknown grader token")
         grader = _text(name)
-        window = int(time.time() // 60)
+        now = time.time()
+        window = int(now // 60)
         rate_key = keys.grader_rate(self.run, grader, window)
         pipe = self.redis.pipeline(transaction=True)
         pipe.incr(rate_key)
@@ -101,7 +101,10 @@ class GradingPool:
         pipe.hset(keys.graders_seen(self.run), grader, repr(time.time()))
         count, _, _ = await pipe.execute()
         if int(count) > self.settings.rate_limit_per_min:
-            raise RateLimitedError(f"grader {grader!r} exceeded {self.settings.rate_limit_per_min} requests per minute")
+            raise RateLimitedError(
+                f"grader {grader!r} exceeded {self.settings.rate_limit_per_min} requests per minute",
+                retry_after_s=max(1, int((window + 1) * 60 - now + 0.999)),  # when the next window opens
+            )
         return grader
 
     async def names(self) -> list[str]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.responses import HTMLResponse
@@ -10,7 +10,6 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from corl.proto import (
     DashboardView,
-    ErrorResponse,
     GraderRegistered,
     GraderRegistration,
     GradingResults,
@@ -26,7 +25,7 @@ from corl.proto import (
     SlimeRewardResponse,
 )
 from corl.services.errors import UnavailableError
-from corl.services.http import Authorization, require_admin
+from corl.services.http import Credentials, bearer_token, error_responses, grader_bearer, require_admin
 
 from . import dashboard
 from .serving import AggregatorServing
@@ -44,8 +43,8 @@ async def get_serving(request: Request) -> AggregatorServing:
 Serving = Annotated[AggregatorServing, Depends(get_serving)]
 
 
-async def current_grader(serving: Serving, authorization: Authorization = None) -> str:
-    return await serving.authenticate_grader(authorization)
+async def current_grader(serving: Serving, credentials: Annotated[Credentials, Depends(grader_bearer)]) -> str:
+    return await serving.authenticate_grader(bearer_token(credentials))
 
 
 Grader = Annotated[str, Depends(current_grader)]
@@ -57,27 +56,22 @@ async def healthz() -> HealthResponse:
     return HealthResponse()
 
 
-@router.get("/readyz")
+@router.get("/readyz", responses=error_responses(503))
 async def readyz(serving: Serving) -> HealthResponse:
     return HealthResponse()
 
 
-@router.get("/metrics")
+@router.get("/metrics", response_class=Response, responses=error_responses(503))
 async def metrics(serving: Serving) -> Response:
     return Response(generate_latest(serving.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
 
-@router.get("/v1/runs/{run}/stats")
+@router.get("/v1/runs/{run}/stats", responses=error_responses(404, 422, 503))
 async def run_stats(serving: Serving, run: str, last: Annotated[int | None, Query(ge=1)] = None) -> RunStats:
     return await serving.stats(run, last)
 
 
-def _errors(*codes: int) -> dict[int | str, dict[str, Any]]:
-    """OpenAPI: these statuses answer with the one error shape."""
-    return {code: {"model": ErrorResponse} for code in codes}
-
-
-@router.get("/v1/runs/{run}/dashboard", responses=_errors(404, 422, 503))
+@router.get("/v1/runs/{run}/dashboard", responses=error_responses(404, 422, 503))
 async def run_dashboard(serving: Serving, run: str, last: Annotated[int | None, Query(ge=1)] = None) -> DashboardView:
     return await serving.dashboard(run, last)
 
@@ -93,29 +87,29 @@ async def dashboard_asset(name: str) -> Response:
     return Response(body, media_type=media_type, headers={"Cache-Control": "max-age=3600"})
 
 
-@router.post("/get_reward", responses=_errors(413, 422, 503))
+@router.post("/get_reward", responses=error_responses(413, 422, 503))
 async def get_reward(serving: Serving, body: OpenRLHFRewardRequest) -> OpenRLHFRewardResponse:
     """OpenRLHF's remote reward protocol (``--remote_rm_url http://AGGREGATOR/get_reward``)."""
     return await serving.openrlhf_reward(body)
 
 
-@router.post("/v1/reward", responses=_errors(413, 422, 503))
+@router.post("/v1/reward", responses=error_responses(413, 422, 503))
 async def reward(serving: Serving, body: SlimeRewardRequest) -> SlimeRewardResponse:
     """slime's ``remote_rm`` (``--rm-type remote_rm --rm-url http://AGGREGATOR/v1/reward --reward-key reward``)."""
     return await serving.slime_reward(body)
 
 
-@router.post("/v1/prompts", dependencies=Admin)
+@router.post("/v1/prompts", dependencies=Admin, responses=error_responses(401, 409, 413, 422, 503))
 async def post_prompts(serving: Serving, body: PromptsPost) -> PromptsAccepted:
     return await serving.post_prompts(body)
 
 
-@router.post("/v1/graders", status_code=201, dependencies=Admin)
+@router.post("/v1/graders", status_code=201, dependencies=Admin, responses=error_responses(401, 409, 413, 422, 503))
 async def register_grader(serving: Serving, body: GraderRegistration) -> GraderRegistered:
     return await serving.register_grader(body)
 
 
-@router.get("/v1/grading/tasks")
+@router.get("/v1/grading/tasks", responses=error_responses(401, 422, 429, 503))
 async def grading_tasks(
     serving: Serving,
     grader: Grader,
@@ -125,6 +119,6 @@ async def grading_tasks(
     return await serving.grading_tasks(grader, max_tasks, wait)
 
 
-@router.post("/v1/grading/results")
+@router.post("/v1/grading/results", responses=error_responses(401, 403, 413, 422, 429, 503))
 async def grading_results(serving: Serving, grader: Grader, body: GradingResults) -> GradingResultsAccepted:
     return await serving.grading_results(grader, body)

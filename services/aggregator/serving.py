@@ -132,8 +132,8 @@ class AggregatorServing:
         log.info("grader %s registered (%s mode, probation)", reg.name, reg.mode)
         return reg
 
-    async def authenticate_grader(self, authorization: str | None) -> str:
-        return await self.pool.authenticate(authorization)
+    async def authenticate_grader(self, token: str) -> str:
+        return await self.pool.authenticate(token)
 
     async def grading_tasks(self, grader: str, max_tasks: int, wait_s: float) -> GradingTasks:
         return GradingTasks(tasks=await self.pool.lease(grader, max_tasks, wait_s))

@@ -17,6 +17,7 @@ from .backends.base import Backend
 from .metrics import ServerMetrics
 from .openai_routes import router as openai_router
 from .openai_serving import OpenAIServing
+from .openapi import publish_bounds
 from .routes import router
 from .serving import ModelServing
 from .settings import ServerSettings
@@ -80,4 +81,5 @@ def create_app(settings: ServerSettings | None = None, backend: Backend | None =
     app.include_router(router)
     app.include_router(openai_router)
     install_edge(app, metrics=app.state.metrics.http, max_body_bytes=settings.max_body_bytes)
+    publish_bounds(app, settings)
     return app

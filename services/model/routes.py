@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Depends, Request, Response
 from pydantic import BaseModel
 
 from corl.proto import (
-    ErrorResponse,
     GenerateRequest,
     GenerateResponse,
     GradeRequest,
@@ -20,7 +19,7 @@ from corl.proto import (
     WeightUpdateResponse,
 )
 from corl.services.errors import UnavailableError
-from corl.services.http import require_admin
+from corl.services.http import error_responses, require_admin
 
 from .metrics import ServerMetrics
 from .serving import ModelServing
@@ -42,10 +41,6 @@ Serving = Annotated[ModelServing, Depends(get_serving)]
 Metrics = Annotated[ServerMetrics, Depends(get_metrics)]
 
 
-def _errors(*codes: int) -> dict[int | str, dict[str, Any]]:
-    return {code: {"model": ErrorResponse} for code in codes}
-
-
 router = APIRouter()
 
 
@@ -55,12 +50,12 @@ def _json(model: BaseModel) -> Response:
     return Response(model.model_dump_json(), media_type="application/json")
 
 
-@router.post("/v1/generate", response_model=GenerateResponse, responses=_errors(413, 422, 503))
+@router.post("/v1/generate", response_model=GenerateResponse, responses=error_responses(413, 422, 503))
 async def generate(body: GenerateRequest, serving: Serving) -> Response:
     return _json(await serving.generate(body))
 
 
-@router.post("/v1/grade", response_model=GradeResponse, responses=_errors(413, 422, 503))
+@router.post("/v1/grade", response_model=GradeResponse, responses=error_responses(413, 422, 503))
 async def grade(body: GradeRequest, serving: Serving) -> Response:
     return _json(await serving.grade(body))
 
@@ -68,14 +63,14 @@ async def grade(body: GradeRequest, serving: Serving) -> Response:
 @router.post(
     "/v1/weights",
     response_model=WeightUpdateResponse,
-    responses=_errors(401, 409, 413, 422, 503),
+    responses=error_responses(401, 403, 409, 413, 422, 503),
     dependencies=[Depends(require_admin)],
 )
 async def update_weights(body: WeightUpdateRequest, serving: Serving) -> WeightUpdateResponse:
     return await serving.update_weights(body)
 
 
-@router.get("/v1/info", response_model=InfoResponse, responses=_errors(503))
+@router.get("/v1/info", response_model=InfoResponse, responses=error_responses(503))
 async def info(serving: Serving) -> InfoResponse:
     serving.require_ready()
     return serving.info()
@@ -86,7 +81,7 @@ async def healthz() -> HealthResponse:
     return HealthResponse()
 
 
-@router.get("/readyz", response_model=ReadyResponse, responses=_errors(503))
+@router.get("/readyz", response_model=ReadyResponse, responses=error_responses(503))
 async def readyz(serving: Serving) -> ReadyResponse:
     serving.require_ready()
     return ReadyResponse(weight_version=serving.backend.weight_version)

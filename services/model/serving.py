@@ -10,7 +10,10 @@ import asyncio
 import copy
 import logging
 from collections.abc import Awaitable, Sequence
+from pathlib import Path
 from typing import Any, TypeVar
+
+from pydantic import BaseModel
 
 from corl.proto import (
     GenerateRequest,
@@ -22,8 +25,8 @@ from corl.proto import (
     WeightUpdateRequest,
     WeightUpdateResponse,
 )
-from corl.services.errors import InvalidInputError, ServiceError, UnavailableError
-from corl.tasks import Task, extract_all, get_task
+from corl.services.errors import ForbiddenError, InvalidInputError, ServiceError, UnavailableError
+from corl.tasks import Task, extract_all, get_task, task_names
 
 from .backends.base import Backend, BackendError, GenerateOutput, SamplingParams, StaleVersionError, WeightLoadError
 from .batching import GenerateBatcher
@@ -33,6 +36,7 @@ from .settings import ServerSettings
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+M = TypeVar("M", bound=BaseModel)
 
 
 class ModelServing:
@@ -46,6 +50,7 @@ class ModelServing:
         self._renderer: PromptRenderer | None = None
         self._tasks: dict[str, Task] = {}
         self.detokenizer: Any = None
+        self._judge_tasks: list[str] | None = None
         self.start_error: BaseException | None = None
 
     # --- lifecycle ----------------------------------------------------------------------------
@@ -120,6 +125,12 @@ class ModelServing:
                 f"{field}: {count} entries, this server allows at most {self.settings.max_prompts}", field
             )
 
+    def _omitted(self, model: M, bounds: dict[str, int]) -> M:
+        """Fields the request leaves out take the contract's default lowered to this server's bound
+        (the default the published schema shows): leaving a field out never gets a request refused."""
+        update = {f: min(getattr(model, f), b) for f, b in bounds.items() if f not in model.model_fields_set}
+        return model.model_copy(update=update) if update else model
+
     def _check_n(self, n: int, field: str) -> None:
         if n > self.settings.max_n:
             raise InvalidInputError(f"{field}={n} exceeds this server's bound {self.settings.max_n}", field)
@@ -165,11 +176,11 @@ class ModelServing:
         i = self.backend.too_long(texts, params.max_tokens)
         if i is not None:
             raise InvalidInputError(f"{field} plus {params.max_tokens} new tokens exceeds the model's context", field)
-        await self.backend.check_stop(params.stop)
         return await self._generate(texts, params)
 
     # --- endpoints ----------------------------------------------------------------------------
     async def generate(self, req: GenerateRequest) -> GenerateResponse:
+        req = self._omitted(req, {"max_tokens": self.settings.max_tokens})
         self._check_count(len(req.prompts), "prompts")
         self._check_n(req.n, "n")
         self._check_max_tokens(req.max_tokens, "max_tokens")
@@ -183,7 +194,6 @@ class ModelServing:
             stop=tuple(req.stop),
             seed=req.seed,
         )
-        await self.backend.check_stop(params.stop)
         out = await self._generate(texts, params)
         # One validation pass over the backend's objects (read by attribute): half the cost of building
         # 128 Sample models one by one, which is as much as the HTTP round trip itself.
@@ -200,6 +210,8 @@ class ModelServing:
         )
 
     async def grade(self, req: GradeRequest) -> GradeResponse:
+        sampling = self._omitted(req.sampling, {"max_tokens": self.settings.max_tokens})
+        req = self._omitted(req, {"n_votes": self.settings.max_n}).model_copy(update={"sampling": sampling})
         self._check_count(len(req.items), "items")
         self._check_n(req.n_votes, "n_votes")
         task = self._task(req.task)
@@ -219,7 +231,6 @@ class ModelServing:
         params = SamplingParams(
             n=req.n_votes, max_tokens=sp.max_tokens, temperature=sp.temperature, top_p=sp.top_p, stop=tuple(sp.stop)
         )
-        await self.backend.check_stop(params.stop, "sampling.stop")
         out = await self._generate(texts, params)
 
         def score() -> list[float]:  # answer extraction may run programs (code): off the event loop, batched
@@ -237,7 +248,21 @@ class ModelServing:
 
         return out.weight_version, await asyncio.to_thread(score)
 
+    def judge_tasks(self) -> list[str] | None:
+        """Tasks this model can judge (each verdict one token of its tokenizer); None until it is loaded."""
+        if not self.ready:
+            return None
+        if self._judge_tasks is None:
+            self._judge_tasks = [n for n in task_names() if self.backend.judges(self._task(n).verdict_tokens)]
+        return self._judge_tasks
+
     async def _judge(self, req: GradeRequest, task: Task) -> tuple[int, list[float]]:
+        if req.task not in (self.judge_tasks() or ()):
+            raise InvalidInputError(
+                f"task {req.task!r} cannot be judged by {self.backend.name}: its verdicts "
+                f"{list(task.verdict_tokens)} are not single tokens of this model's tokenizer",
+                "task",
+            )
         judge_texts = [task.judge_prompt(item.prompt, item.response) for item in req.items]
         texts = self._render(judge_texts, req.format, 1, "items")
         correct, incorrect = task.verdict_tokens
@@ -246,7 +271,21 @@ class ModelServing:
         )
         return out.weight_version, [min(1.0, max(0.0, s)) for s in out.scores]
 
+    def _check_in_store(self, uri: str) -> None:
+        """403 for a directory outside ``weights_root``, judged after resolving links and ``..``, so
+        a symlink in the store that points elsewhere is refused too."""
+        root = self.settings.weights_root
+        if root is None:
+            return
+        try:
+            inside = Path(uri).resolve().is_relative_to(root.resolve())
+        except (OSError, ValueError, RuntimeError) as err:  # a NUL byte, a symlink loop
+            raise InvalidInputError(f"uri {uri!r} is not a usable path: {err}", "uri") from None
+        if not inside:
+            raise ForbiddenError(f"uri {uri!r} is outside this server's weights store {str(root)!r}", "uri")
+
     async def update_weights(self, req: WeightUpdateRequest) -> WeightUpdateResponse:
+        self._check_in_store(req.uri)
         self.require_ready()
         async with self._swap_lock:
             previous = self.backend.weight_version

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
@@ -28,6 +29,11 @@ class ServerSettings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=0, le=65535)
     admin_token: SecretStr | None = Field(default=None, description="Bearer token for POST /v1/weights.")
+    weights_root: Path | None = Field(
+        default=None,
+        description="The weights store: POST /v1/weights loads only directories under it (403 otherwise). "
+        "Unset: any directory this process can read (the admin token is then the only guard).",
+    )
     initial_weight_version: int = Field(default=0, ge=0)
     device: str = "auto"
     num_threads: int | None = Field(default=None, ge=1, description="torch intra-op threads (transformers).")

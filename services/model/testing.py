@@ -104,6 +104,9 @@ class FakeBackend(Backend):
             outputs.append(PromptOutput([1, 2], [Completion(t, [1], [-0.1], "stop") for t in texts]))
         return GenerateOutput(0, outputs)
 
+    def judges(self, verdicts: Sequence[str]) -> bool:
+        return True  # judges anything 0.25
+
     async def judge(self, texts: Sequence[str], correct_token: str, incorrect_token: str) -> JudgeOutput:
         self.judged += texts
         return JudgeOutput(0, [0.25 for _ in texts])

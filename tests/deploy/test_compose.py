@@ -195,6 +195,9 @@ def test_mounted_cohort_config_loads_and_matches_the_command(service: str) -> No
             assert option_value(server, "--host") == "0.0.0.0"
             # The task is set once, in the cohort config: a server has no task setting of its own.
             assert "CORL_TASK" not in SERVICES[host]["environment"]
+            # A server loads weights only from the store its trainer publishes to, mounted there.
+            assert SERVICES[host]["environment"]["CORL_WEIGHTS_ROOT"] == cfg.weights_dir
+            assert any(str(v).split(":")[1:2] == [cfg.weights_dir] for v in SERVICES[host]["volumes"])
 
 
 def test_prometheus_scrapes_every_service() -> None:

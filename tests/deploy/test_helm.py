@@ -262,6 +262,7 @@ def test_containers_point_at_the_right_redis_servers_config_and_secret(render: R
         assert int(arg(c, "--port")) == c["ports"][0]["containerPort"] == port
         assert arg(c, "--host") == "0.0.0.0"
         assert "CORL_TASK" not in env_of(c)  # the task is set once, in the cohort config
+        assert env_of(c)["CORL_WEIGHTS_ROOT"] == cfg.weights_dir  # loads only what the trainers publish
 
     secret = (values or {}).get("auth", {}).get("existingSecret") or of(objs, "Secret", "auth")[0]["metadata"]["name"]
     key = (values or {}).get("auth", {}).get("adminTokenKey", "admin-token")

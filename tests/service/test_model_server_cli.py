@@ -33,3 +33,17 @@ def test_missing_model_dir_is_a_usage_error(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["serve", "model", "--model", str(tmp_path / "nope")])
     assert result.exit_code == 2
     assert "--model" in result.output
+
+
+def test_weights_root_from_flag_or_environment(monkeypatch: pytest.MonkeyPatch, tiny_model_dir: Path) -> None:
+    """``corl run`` passes ``--weights-root``; compose and helm set ``CORL_WEIGHTS_ROOT``."""
+    import uvicorn
+
+    served: dict[str, Any] = {}
+    monkeypatch.setattr(uvicorn, "run", lambda asgi, **kw: served.update(app=asgi, **kw))
+    monkeypatch.setenv("CORL_WEIGHTS_ROOT", "/data/weights")
+    model = ["serve", "model", "--model", str(tiny_model_dir)]
+    assert CliRunner().invoke(app, model).exit_code == 0
+    assert served["app"].state.settings.weights_root == Path("/data/weights")
+    assert CliRunner().invoke(app, [*model, "--weights-root", "/run/w"]).exit_code == 0
+    assert served["app"].state.settings.weights_root == Path("/run/w")

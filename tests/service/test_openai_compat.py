@@ -181,7 +181,6 @@ def test_completions_with_prompts_n_logprobs_and_stop(oai: openai.OpenAI, server
             "tools",
         ),
         ("completions", {"max_tokens": 10_000}, openai.UnprocessableEntityError, "max_tokens"),
-        ("chat", {"stop": "\n"}, openai.UnprocessableEntityError, "stop"),  # no newline token: unmatchable
         ("completions", {"echo": True}, openai.UnprocessableEntityError, "echo"),
     ],
 )

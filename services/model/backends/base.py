@@ -112,16 +112,16 @@ class Backend(abc.ABC):
         """Prompt plus new tokens the model accepts, when known."""
         return None
 
+    def judges(self, verdicts: Sequence[str]) -> bool:
+        """Whether ``judge`` can score these verdicts: each must be one token of the tokenizer."""
+        tok = self.tokenizer
+        return tok is None or all(len(tok.encode(v, add_special_tokens=False)) == 1 for v in verdicts)
+
     def too_long(self, prompts: Sequence[str], max_tokens: int) -> int | None:
         """Index of the first (rendered) prompt whose tokens plus ``max_tokens`` exceed the model's
         context, or None: the server rejects such requests as bad input (422) instead of failing in
         the engine. Cheap: called per request."""
         return first_too_long(self.tokenizer, prompts, max_tokens, self.max_context)
-
-    async def check_stop(self, stop: Sequence[str], field: str = "stop") -> None:
-        """Raise ``InvalidInputError`` (422, on ``field``) for stop strings this engine cannot match,
-        before any generation starts. Default: every string can (engines that match decoded text)."""
-        return None
 
     @abc.abstractmethod
     async def start(self) -> None:

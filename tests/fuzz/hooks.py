@@ -1,0 +1,54 @@
+"""Schemathesis hooks, loaded by the CLI through ``SCHEMATHESIS_HOOKS`` (see ``support.run_schemathesis``).
+
+One runtime rule of the model server cannot be stated in JSON Schema: a rendered prompt plus its new
+tokens must fit the model's context (tokens, not characters, and the template and system text are
+request fields too). Bodies that break it are answered 422 by design (tests/unit/test_context_check.py)
+but look schema-valid, so they are left out here, decided by the server's own functions.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from typing import Any
+
+import schemathesis
+
+MODEL_DIR_ENV, CONTEXT_ENV = "CORL_FUZZ_MODEL_DIR", "CORL_FUZZ_MAX_CONTEXT"
+
+
+@functools.cache
+def _tokenizer() -> Any:
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(os.environ[MODEL_DIR_ENV])
+
+
+def _texts(path: str, body: dict[str, Any]) -> tuple[list[str], int]:
+    """The texts the server would render and the new tokens it would add, for one request body."""
+    from corl.tasks import get_task
+
+    if path == "/v1/generate":
+        return list(body["prompts"]), int(body.get("max_tokens", 16))
+    items = body["items"]
+    if body.get("mode", "vote") == "judge":
+        task = get_task(body["task"])
+        return [task.judge_prompt(i["prompt"], i["response"]) for i in items], 1
+    return [i["prompt"] for i in items], int(body.get("sampling", {}).get("max_tokens", 16))
+
+
+@schemathesis.hook
+def filter_body(context: schemathesis.HookContext, body: Any) -> bool:
+    path = context.operation.path if context.operation else ""
+    if path not in ("/v1/generate", "/v1/grade") or MODEL_DIR_ENV not in os.environ or not isinstance(body, dict):
+        return True
+    from corl.proto import PromptFormat
+    from corl.services.model.backends.base import first_too_long
+    from corl.services.model.rendering import PromptRenderer
+
+    try:
+        texts, max_tokens = _texts(path, body)
+        rendered = PromptRenderer(_tokenizer()).render_all(texts, PromptFormat.model_validate(body.get("format", {})))
+    except Exception:  # noqa: BLE001 - not a valid body: the server refuses it for another reason
+        return True
+    return first_too_long(_tokenizer(), rendered, max_tokens, int(os.environ[CONTEXT_ENV])) is None

@@ -1,0 +1,96 @@
+"""Serving an app on a loopback port and running the schemathesis CLI against its live OpenAPI document."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import uvicorn
+
+from corl.health import wait_healthy
+
+HOOKS = "hooks"  # tests/fuzz/hooks.py, importable with this folder on PYTHONPATH
+FUZZ_CONTEXT = 512  # the fuzzed model's context: room for long prompts (conftest.fuzz_model_dir)
+
+
+@contextlib.contextmanager
+def serve_app(app: Any, ready_path: str = "/readyz", timeout_s: float = 120.0) -> Iterator[str]:
+    """A real uvicorn (its own event loop, in a thread of this process) on 127.0.0.1:<free port>."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name=f"uvicorn-{port}", daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{port}"
+
+    def alive() -> None:
+        if not thread.is_alive():
+            raise RuntimeError("server thread exited during startup")
+
+    try:
+        wait_healthy(f"{url}{ready_path}", timeout_s, alive=alive, interval_s=0.05)
+        yield url
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+        sock.close()
+
+
+@dataclass
+class FuzzRun:
+    returncode: int
+    output: str
+    seconds: float
+
+
+def run_schemathesis(
+    url: str,
+    tokens: dict[str, str],
+    workdir: Path,
+    max_examples: int,
+    *,
+    seed: int = 0,
+    env: dict[str, str] | None = None,
+) -> FuzzRun:
+    """``schemathesis run`` on ``url``/openapi.json, every check and phase, with a bearer token per
+    OpenAPI security scheme (``tokens``: scheme name -> token); ``env`` reaches the hooks."""
+    config = workdir / "schemathesis.toml"
+    config.write_text("".join(f'[auth.openapi.{name}]\nbearer = "{token}"\n' for name, token in tokens.items()))
+    cli = Path(sys.executable).parent / "schemathesis"
+    path = os.pathsep.join(filter(None, [str(Path(__file__).parent), os.environ.get("PYTHONPATH")]))
+    env = {**os.environ, **(env or {}), "SCHEMATHESIS_HOOKS": HOOKS, "PYTHONPATH": path}
+    cmd = [
+        str(cli),
+        "--config-file",
+        str(config),
+        "run",
+        f"{url}/openapi.json",
+        "--checks",
+        "all",
+        "--max-examples",
+        str(max_examples),
+        "--seed",
+        str(seed),
+        "--workers",
+        "1",
+        "--request-timeout",
+        "60",
+        "--suppress-health-check",
+        "too_slow",
+        "--output-truncate",
+        "false",
+    ]
+    t0 = time.monotonic()
+    done = subprocess.run(cmd, cwd=workdir, env=env, capture_output=True, text=True, timeout=600)  # noqa: S603
+    return FuzzRun(done.returncode, done.stdout + done.stderr, time.monotonic() - t0)

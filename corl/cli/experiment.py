@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
+import yaml
 
 from .logs import setup_logging
 
@@ -18,6 +19,9 @@ def experiment(
     cohort: Path = typer.Option(Path("cohort/tiny"), "--cohort", help="Starting cohort (built if missing)."),
     rounds: int = typer.Option(40, "--rounds", min=1, help="Rounds (training steps) per run."),
     eval_prompts: int = typer.Option(200, "--eval-prompts", min=10),
+    settings: list[str] = typer.Option(
+        [], "--set", help="Config override for every run, KEY=YAML-VALUE (repeatable): --set reward.threshold=0.5"
+    ),
 ) -> None:
     """Writes summary.csv, results.md and accuracy/diversity PNGs into OUT."""
     from rich.console import Console
@@ -31,11 +35,18 @@ def experiment(
     exit_on_sigterm()
     console = Console()
     ensure_cohort(cohort, console)
+    overrides = {}
+    for item in settings:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise typer.BadParameter(f"{item!r}: expected KEY=VALUE, e.g. reward.threshold=0.5", param_hint="--set")
+        overrides[key.strip()] = yaml.safe_load(value)
     opts = ExperimentOptions(
         modes=[m.strip() for m in modes.split(",") if m.strip()],
         seeds=[int(s) for s in seeds.split(",") if s.strip()],
         rounds=rounds,
         eval_prompts=eval_prompts,
+        overrides=overrides,
     )
     run_experiment(cohort, out.resolve(), opts, console)
     console.print((out / "results.md").read_text())

@@ -28,6 +28,7 @@ class ExperimentOptions:
     rounds: int = 40
     eval_prompts: int = 200
     eval_every: int = 10
+    overrides: dict = dataclasses.field(default_factory=dict)  # dotted config keys set in every run
 
 
 def _evaluate(model_dir: Path, seed: int, n_prompts: int) -> dict[str, float]:
@@ -65,6 +66,7 @@ def run_experiment(cohort_dir: Path, out: Path, opts: ExperimentOptions, console
                     run_dir,
                     redis_server.url,
                     overrides={
+                        **opts.overrides,
                         "run_id": f"{mode.replace('_', '-')}-s{seed}",
                         "reward.mode": mode,
                         "training.seed": seed,
@@ -91,6 +93,7 @@ def run_experiment(cohort_dir: Path, out: Path, opts: ExperimentOptions, console
                 "modes": list(opts.modes),
                 "seeds": list(opts.seeds),
                 "rounds": opts.rounds,
+                "overrides": opts.overrides,
                 "seconds": round(time.monotonic() - t0, 1),
             },
             indent=2,

@@ -126,7 +126,10 @@ class ReliabilityConfig(_Section):
 
 
 class RewardConfig(_Section):
-    mode: RewardModeName = Field(default="peer_label", description="A mode of corl.rewards.modes.REWARD_MODES.")
+    mode: RewardModeName = Field(
+        default="peer_pool",
+        description="A mode of corl.rewards.modes.REWARD_MODES; default: the best label-free one in docs/RESULTS.md.",
+    )
     threshold: float = Field(default=0.0, ge=0.0, le=1.0, description="Min plurality share for a pseudo-label.")
     topology: Literal["all", "ring"] = "all"
     judge: JudgeConfig = JudgeConfig()

@@ -12,7 +12,9 @@ from .logs import setup_logging
 
 def experiment(
     modes: str = typer.Option(
-        "none,ground_truth,self_vote,peer_label,peer_agreement", "--modes", help="Comma-separated reward modes."
+        "none,ground_truth,self_vote,peer_label,peer_agreement,peer_pool",
+        "--modes",
+        help="Comma-separated reward modes.",
     ),
     seeds: str = typer.Option("0", "--seeds", help="Comma-separated seeds, e.g. 0,1,2."),
     out: Path = typer.Option(Path("runs/experiment"), "--out", help="Output directory."),

@@ -10,21 +10,24 @@ keeps the JSON it gets back as the sample's reward; ``--reward-key reward`` pick
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from ._base import WireModel
+from ._base import WireModel, WireRequest
 
 RewardServerMode = Literal["consensus", "agreement", "judge", "ground_truth"]
 Label = str | int | float | None
+Text = Annotated[str, Field(pattern=r"\S", description="Not blank.")]
 
 
-class OpenRLHFRewardRequest(WireModel):
+class OpenRLHFRewardRequest(WireRequest):
     """``POST /get_reward``: one entry per response; ``prompts[i]`` is the prompt ``query[i]`` starts with."""
 
     query: list[str] = Field(min_length=1, description="Prompt + response, as the trainer decoded them.")
-    prompts: list[str] = Field(description="The prompt of each query (the response is what follows it).")
+    prompts: list[Text] = Field(
+        description="The prompt of each query (the response is what follows it); as many as queries."
+    )
     labels: list[Label] | None = Field(default=None, description="Dataset labels: read in ground_truth mode only.")
 
     @model_validator(mode="after")
@@ -43,16 +46,21 @@ class OpenRLHFRewardResponse(WireModel):
     weight_versions: dict[str, int] = Field(description="Member -> newest weight version whose samples voted.")
 
 
-class ChatMessage(WireModel):
+class ChatMessage(WireRequest):
     role: str
-    content: str
+    content: Text
 
 
-class SlimeRewardRequest(WireModel):
+class SlimeRewardRequest(WireRequest):
     """``POST /v1/reward``: slime's sample; ``prompt`` is text or chat messages (the last user
     message is the task text)."""
 
-    prompt: str | list[ChatMessage]
+    prompt: (
+        Text
+        | Annotated[
+            list[ChatMessage], Field(json_schema_extra={"contains": {"properties": {"role": {"const": "user"}}}})
+        ]
+    ) = Field(description="Text, or chat messages with at least one user message (the last one is the task).")
     response: str
     label: Label = Field(default=None, description="Dataset label: read in ground_truth mode only.")
 

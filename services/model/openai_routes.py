@@ -31,7 +31,14 @@ async def get_openai(request: Request) -> OpenAIServing:
 OpenAI = Annotated[OpenAIServing, Depends(get_openai)]
 
 _ERRORS: dict[int | str, dict[str, Any]] = {code: {"model": ErrorResponse} for code in (404, 413, 422, 503)}
-_STREAM = {"text/event-stream": {"schema": {"type": "string", "description": "data: <chunk JSON> ... data: [DONE]"}}}
+# One server-sent event: `data:` holds a chunk's JSON (ChatCompletionChunk / TextCompletion), the last `[DONE]`.
+_EVENT = {
+    "type": "object",
+    "properties": {"data": {"type": "string"}, "event": {"type": "string"}, "id": {"type": "string"}},
+    "required": ["data"],
+    "description": "data: <chunk JSON> ... data: [DONE]",
+}
+_STREAM = {"text/event-stream": {"itemSchema": _EVENT}}  # OpenAPI 3.2: the schema of each event
 _HEADERS = {WEIGHT_VERSION_HEADER: {"description": "Weights behind every choice.", "schema": {"type": "integer"}}}
 
 router = APIRouter(tags=["openai"])

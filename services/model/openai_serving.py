@@ -207,7 +207,10 @@ class OpenAIServing:
                 "logprobs",
             )
         prompts = req.prompts()
-        out, splits = await self._sample(req, prompts, "prompt", req.max_tokens)
+        # An omitted max_tokens is OpenAI's default (16) lowered to this server's bound.
+        given = "max_tokens" in req.model_fields_set
+        max_tokens = req.max_tokens if given else min(req.max_tokens, self.serving.settings.max_tokens)
+        out, splits = await self._sample(req, prompts, "prompt", max_tokens)
         meta, usage = self._meta("cmpl", out), _usage(out)
         choices: list[CompletionChoice] = []
         events: list[str] = []

@@ -37,6 +37,27 @@ def bound_schemas(schemas: dict[str, Any], settings: ServerSettings, judge_tasks
         schemas["GradeRequest"]["if"] = judge
         schemas["GradeRequest"]["then"] = {"properties": {"task": {"enum": judge_tasks}}} if judge_tasks else False
     schemas["SamplingSettings"]["properties"]["max_tokens"]["maximum"] = settings.max_tokens
+    _bound_openai(schemas, settings)
+
+
+def _bound_openai(schemas: dict[str, Any], settings: ServerSettings) -> None:
+    """The OpenAI routes: the same bounds, and the log-prob options this server cannot serve (0 only)."""
+    chat, completion = schemas["ChatCompletionRequest"]["properties"], schemas["CompletionRequest"]["properties"]
+    for props in (chat, completion):
+        props["n"]["maximum"] = settings.max_n
+    for prop in (chat["max_tokens"], chat["max_completion_tokens"]):
+        for branch in prop.get("anyOf", [prop]):
+            if branch.get("type") == "integer":
+                branch["maximum"] = settings.max_tokens
+    completion["max_tokens"]["maximum"] = settings.max_tokens
+    completion["max_tokens"]["default"] = min(completion["max_tokens"]["default"], settings.max_tokens)
+    for branch in completion["prompt"].get("anyOf", []):
+        if branch.get("type") == "array":
+            branch["maxItems"] = settings.max_prompts
+    for prop in (chat["top_logprobs"], completion["logprobs"]):
+        for branch in prop.get("anyOf", [prop]):
+            if branch.get("type") == "integer":
+                branch["maximum"] = 0
 
 
 def publish_bounds(app: FastAPI, settings: ServerSettings) -> None:

@@ -1,9 +1,10 @@
 """Schemathesis hooks, loaded by the CLI through ``SCHEMATHESIS_HOOKS`` (see ``support.run_schemathesis``).
 
-One runtime rule of the model server cannot be stated in JSON Schema: a rendered prompt plus its new
-tokens must fit the model's context (tokens, not characters, and the template and system text are
+Two runtime rules cannot be stated in JSON Schema. A rendered prompt plus its new tokens must fit
+the model's context (tokens, not characters, and the template and system text are
 request fields too). Bodies that break it are answered 422 by design (tests/unit/test_context_check.py)
-but look schema-valid, so they are left out here, decided by the server's own functions.
+but look schema-valid, so they are left out here, decided by the server's own functions. And
+OpenRLHF's ``/get_reward`` takes one prompt per query (equal list lengths).
 """
 
 from __future__ import annotations
@@ -30,6 +31,15 @@ def _texts(path: str, body: dict[str, Any]) -> tuple[list[str], int]:
 
     if path == "/v1/generate":
         return list(body["prompts"]), int(body.get("max_tokens", 16))
+    if path == "/v1/completions":
+        prompt = body["prompt"]
+        return ([prompt] if isinstance(prompt, str) else list(prompt)), int(body.get("max_tokens", 1))
+    if path == "/v1/chat/completions":
+        from corl.services.model.rendering import PromptRenderer
+
+        messages = [{"role": m["role"], "content": _content(m["content"])} for m in body["messages"]]
+        text = PromptRenderer(_tokenizer()).render_messages(messages)
+        return [text], int(body.get("max_completion_tokens") or body.get("max_tokens") or 1)
     items = body["items"]
     if body.get("mode", "vote") == "judge":
         task = get_task(body["task"])
@@ -37,10 +47,28 @@ def _texts(path: str, body: dict[str, Any]) -> tuple[list[str], int]:
     return [i["prompt"] for i in items], int(body.get("sampling", {}).get("max_tokens", 16))
 
 
+def _content(content: Any) -> str:
+    return content if isinstance(content, str) else "".join(p["text"] for p in content)
+
+
+def _lengths_agree(body: dict[str, Any]) -> bool:
+    """OpenRLHF's ``/get_reward``: one prompt (and label) per query, a rule JSON Schema cannot state."""
+    query, prompts, labels = body.get("query"), body.get("prompts"), body.get("labels")
+    if not isinstance(query, list) or not isinstance(prompts, list):
+        return True  # not schema-valid anyway: the server must refuse it, so keep it
+    return len(prompts) == len(query) and (not isinstance(labels, list) or len(labels) == len(query))
+
+
 @schemathesis.hook
 def filter_body(context: schemathesis.HookContext, body: Any) -> bool:
     path = context.operation.path if context.operation else ""
-    if path not in ("/v1/generate", "/v1/grade") or MODEL_DIR_ENV not in os.environ or not isinstance(body, dict):
+    if path == "/get_reward" and isinstance(body, dict):
+        return _lengths_agree(body)
+    if (
+        path not in ("/v1/generate", "/v1/grade", "/v1/completions", "/v1/chat/completions")
+        or MODEL_DIR_ENV not in os.environ
+        or not isinstance(body, dict)
+    ):
         return True
     from corl.proto import PromptFormat
     from corl.services.model.backends.base import first_too_long

@@ -62,11 +62,13 @@ def run_schemathesis(
     *,
     seed: int = 0,
     env: dict[str, str] | None = None,
+    extra_config: str = "",
 ) -> FuzzRun:
     """``schemathesis run`` on ``url``/openapi.json, every check and phase, with a bearer token per
     OpenAPI security scheme (``tokens``: scheme name -> token); ``env`` reaches the hooks."""
     config = workdir / "schemathesis.toml"
-    config.write_text("".join(f'[auth.openapi.{name}]\nbearer = "{token}"\n' for name, token in tokens.items()))
+    auth = "".join(f'[auth.openapi.{name}]\nbearer = "{token}"\n' for name, token in tokens.items())
+    config.write_text(auth + extra_config)
     cli = Path(sys.executable).parent / "schemathesis"
     path = os.pathsep.join(filter(None, [str(Path(__file__).parent), os.environ.get("PYTHONPATH")]))
     env = {**os.environ, **(env or {}), "SCHEMATHESIS_HOOKS": HOOKS, "PYTHONPATH": path}

@@ -119,7 +119,7 @@ async def test_judge_mode_combines_member_grades(redis_url: str) -> None:
         ("/get_reward", {"query": [], "prompts": [], "labels": []}, "query"),
         ("/get_reward", {"query": ["12+34=46"]}, "prompts"),
         ("/get_reward", {"query": ["12+34=46"], "prompts": ["12+34="], "extra": 1}, "extra"),
-        ("/get_reward", {"query": ["46"], "prompts": [" "]}, "prompts"),
+        ("/get_reward", {"query": ["46"], "prompts": [" "]}, "prompts.0"),  # blank: refused by the schema
         ("/v1/reward", {"prompt": "12+34="}, "response"),
         ("/v1/reward", {"prompt": [{"role": "system", "content": "x"}], "response": "1"}, "body"),
     ],

@@ -83,4 +83,4 @@ WORKDIR /prometheus
 EXPOSE 9090
 ENTRYPOINT ["/usr/bin/prometheus"]'
 
-say "ready: $(podman --version), $(podman-compose --version 2>/dev/null | tail -1)"
+say "ready: $(podman --version), $(podman-compose --version 2>/dev/null | head -1)"

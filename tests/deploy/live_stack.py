@@ -260,6 +260,15 @@ class LiveStack:
         out = run([self.engine, "volume", "inspect", f"{self.project}_{volume}"], timeout=60).stdout
         return Path(json.loads(out)[0]["Mountpoint"])
 
+    def seed_cohort(self, source: Path) -> None:
+        """Put an already built cohort in the ``cohort`` volume before ``up``: cohort-init then
+        takes its skip path instead of warming up four models (most of a cold start on 2 cores)."""
+        run([self.engine, "volume", "create", f"{self.project}_cohort"], timeout=60)
+        dest = self.volume_dir("cohort")
+        shutil.copytree(source, dest, dirs_exist_ok=True)
+        for path in (dest, *dest.rglob("*")):
+            os.chown(path, 10001, 10001)
+
     def checkpoint_state(self, member: str) -> dict[str, Any] | None:
         """The newest complete checkpoint's trainer_state.json on the checkpoints volume."""
         root = self.volume_dir("checkpoints") / member

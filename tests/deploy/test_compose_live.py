@@ -5,6 +5,8 @@ its volumes, then removed. Deselected from plain `pytest`; CI runs `pytest -m co
 
 The tests share one stack and run in file order: each phase starts from where the previous one
 left it. Times of every phase are printed and saved to .cache/compose_live/timings.json.
+CORL_COMPOSE_COHORT=<dir of a built tiny cohort> seeds the cohort volume (cohort-init then skips);
+CORL_COMPOSE_KEEP=1 leaves the stack up after the tests.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from .live_stack import (
 )
 from .support import ROOT
 
-pytestmark = [pytest.mark.compose_live, pytest.mark.timeout(1500)]
+pytestmark = [pytest.mark.compose_live, pytest.mark.timeout(3600)]
 
 MEMBERS = [m.name for m in load_config(ROOT / "deploy" / "cohort.compose.yaml").members]
 TRAINED = [m.name for m in load_config(ROOT / "deploy" / "cohort.compose.yaml").members if m.role == "trained"]
@@ -65,13 +67,17 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveStack]:
     )
     s.env_values = env  # type: ignore[attr-defined]
     s.compose("down", "-v", "--remove-orphans", check=False)  # a previous run's leftovers
+    seed = os.environ.get("CORL_COMPOSE_COHORT")
     t0 = time.monotonic()
     try:
         with s.phase("build image"):
             build_cpu_image(engine, IMAGE)
+        if seed:
+            s.seed_cohort(Path(seed))
         s.tick_health()
-        with s.phase("up + every health check"):
-            s.compose("up", "-d", "--no-build", timeout=900)
+        # `up -d` returns once cohort-init has finished (the servers wait for it to complete).
+        with s.phase("up + every health check" + (" (cohort seeded)" if seed else " (cohort-init builds the cohort)")):
+            s.compose("up", "-d", "--no-build", timeout=2400)
             s.wait_all_healthy(SERVICES, timeout_s=900)
         yield s
     finally:
@@ -200,7 +206,7 @@ def test_down_then_up_resumes_rounds_and_checkpoints(stack: LiveStack) -> None:
 
     with stack.phase("up again + every health check"):
         stack.compose("up", "-d", "--no-build", timeout=900)
-        stack.wait_all_healthy(SERVICES, timeout_s=900)
+        stack.wait_all_healthy(SERVICES, timeout_s=600)
     # Resumed, not restarted: the round counter and the trainers' steps continue from the volumes.
     assert stack.aggregator_round() >= round_before
     for m in TRAINED:

@@ -26,7 +26,9 @@ def test_base_and_package_sources_are_build_args_with_the_user_defaults() -> Non
     stages = re.findall(r"^FROM (\S+) AS (\S+)$", DOCKERFILE, re.M)
     names = {name for _, name in stages}
     for image, _ in stages:
-        assert image in ("${BASE_IMAGE}", "scratch") or image.split("${")[0].rstrip("-") in names or image in names, image
+        assert image in ("${BASE_IMAGE}", "scratch") or image.split("${")[0].rstrip("-") in names or image in names, (
+            image
+        )
     # pip's own variables are only exported when set: an empty PIP_CERT would disable TLS checks.
     assert not re.search(r"^ARG PIP_", DOCKERFILE, re.M)
     assert "${CA_BUNDLE:+export PIP_CERT=" in DOCKERFILE

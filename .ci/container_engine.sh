@@ -56,21 +56,24 @@ if ! podman image exists "$BASE_TAG"; then
   rm -rf "$rootfs"
 fi
 
-build_side_image() {  # tag, dockerfile text
-  if ! podman image exists "$1"; then
-    say "building $1"
-    podman build -q --network host -t "$1" --build-arg BASE_IMAGE="$BASE_TAG" -f - .ci <<<"$2" >/dev/null
-  fi
+build_side_image() {  # tag, dockerfile text; layer cache makes a rebuild of an unchanged one quick
+  say "building $1"
+  podman build -q --network host -t "$1" --build-arg BASE_IMAGE="$BASE_TAG" -f - .ci <<<"$2" >/dev/null
 }
 
 build_side_image localhost/corl-redis:7 '
 ARG BASE_IMAGE
 FROM ${BASE_IMAGE}
 RUN apt-get update && apt-get install -y --no-install-recommends redis-server \
- && rm -rf /var/lib/apt/lists/* && mkdir -p /data && chown redis:redis /data
+ && rm -rf /var/lib/apt/lists/* && mkdir -p /data && chown redis:redis /data \
+ && printf "%s\\n" "#!/bin/sh" \
+      "# As the official image: no protected mode (other containers connect over the network)." \
+      "if [ \"\$1\" = redis-server ]; then shift; exec redis-server --protected-mode no \"\$@\"; fi" \
+      "exec \"\$@\"" > /usr/local/bin/redis-entry && chmod +x /usr/local/bin/redis-entry
 USER redis
 WORKDIR /data
 EXPOSE 6379
+ENTRYPOINT ["/usr/local/bin/redis-entry"]
 CMD ["redis-server"]'
 
 build_side_image localhost/corl-prometheus:2 '

@@ -263,7 +263,19 @@ class LiveStack:
     def seed_cohort(self, source: Path) -> None:
         """Put an already built cohort in the ``cohort`` volume before ``up``: cohort-init then
         takes its skip path instead of warming up four models (most of a cold start on 2 cores)."""
-        run([self.engine, "volume", "create", f"{self.project}_cohort"], timeout=60)
+        # The labels compose sets on its own volumes, so that `down -v` removes this one too.
+        labels = [f"--label={k}={self.project}" for k in ("io.podman.compose.project", "com.docker.compose.project")]
+        run(
+            [
+                self.engine,
+                "volume",
+                "create",
+                *labels,
+                "--label=com.docker.compose.volume=cohort",
+                f"{self.project}_cohort",
+            ],
+            timeout=60,
+        )
         dest = self.volume_dir("cohort")
         shutil.copytree(source, dest, dirs_exist_ok=True)
         for path in (dest, *dest.rglob("*")):

@@ -144,6 +144,20 @@ class LiveStack:
         argv = [*self.compose_cmd, "-p", self.project, *files, "--env-file", str(self.env_file), *args]
         return run(argv, timeout=timeout, check=check, cwd=ROOT, env={**os.environ, **self.env})
 
+    def up(self, timeout: float = 2400) -> None:
+        """`up -d`. With podman, in two steps: podman-compose turns `depends_on` into `--requires`,
+        and podman (4.3) then refuses to restart a crashed container whose required one-shot
+        `cohort-init` has exited, which defeats `restart: unless-stopped`. So cohort-init runs
+        first (to completion, as `service_completed_successfully` asks), then the rest with
+        `--no-deps` (no `--requires`; podman-compose < podman 4.6 ignores `service_healthy` anyway)."""
+        if self.engine != "podman":
+            self.compose("up", "-d", "--no-build", timeout=timeout)
+            return
+        self.compose("up", "-d", "--no-build", "cohort-init", timeout=300)
+        code = run([self.engine, "wait", f"{self.project}_cohort-init_1"], timeout=timeout).stdout.strip()
+        assert code == "0", f"cohort-init exited with {code}"
+        self.compose("up", "-d", "--no-build", "--no-deps", timeout=900)
+
     @contextlib.contextmanager
     def phase(self, name: str) -> Iterator[None]:
         t0 = time.monotonic()

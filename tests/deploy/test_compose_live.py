@@ -75,9 +75,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveStack]:
         if seed:
             s.seed_cohort(Path(seed))
         s.tick_health()
-        # `up -d` returns once cohort-init has finished (the servers wait for it to complete).
+        # `up` returns once cohort-init has finished (the servers wait for it to complete).
         with s.phase("up + every health check" + (" (cohort seeded)" if seed else " (cohort-init builds the cohort)")):
-            s.compose("up", "-d", "--no-build", timeout=2400)
+            s.up()
             s.wait_all_healthy(SERVICES, timeout_s=900)
         yield s
     finally:
@@ -205,7 +205,7 @@ def test_down_then_up_resumes_rounds_and_checkpoints(stack: LiveStack) -> None:
         assert len(st["applied"]) == len(set(st["applied"])), f"{m}: a batch id applied twice"
 
     with stack.phase("up again + every health check"):
-        stack.compose("up", "-d", "--no-build", timeout=900)
+        stack.up()
         stack.wait_all_healthy(SERVICES, timeout_s=600)
     # Resumed, not restarted: the round counter and the trainers' steps continue from the volumes.
     assert stack.aggregator_round() >= round_before

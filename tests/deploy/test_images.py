@@ -29,9 +29,10 @@ def test_base_and_package_sources_are_build_args_with_the_user_defaults() -> Non
         assert image in ("${BASE_IMAGE}", "scratch") or image.split("${")[0].rstrip("-") in names or image in names, (
             image
         )
-    # pip's own variables are only exported when set: an empty PIP_CERT would disable TLS checks.
+    # pip's own settings are written only when given: an empty `cert` would disable TLS checks.
     assert not re.search(r"^ARG PIP_", DOCKERFILE, re.M)
-    assert "${CA_BUNDLE:+export PIP_CERT=" in DOCKERFILE
+    assert '[ -z "$CA_BUNDLE" ] || echo "cert = $CA_BUNDLE"' in DOCKERFILE
+    assert "/etc/pip.conf" not in DOCKERFILE.split("AS runtime", 1)[1], "pip sources leak into the runtime image"
 
 
 def test_image_is_multi_stage_and_runs_unprivileged() -> None:

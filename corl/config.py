@@ -8,7 +8,7 @@ field at once.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -47,6 +47,16 @@ class TaskConfig(_Section):
     """The run's task: how prompts are presented, how answers are read; configured only here."""
 
     name: str = Field(default="addition", description="Task plug-in: addition, math, code.")
+    source: str | None = Field(
+        default=None,
+        description="Problems: packaged:gsm8k|champ|humaneval, gym:<reasoning-gym generator>, or a local "
+        ".jsonl/.json/.parquet file or save_to_disk directory (relative to this file); None: the task's generator.",
+    )
+    eval_fraction: float = Field(default=0.2, ge=0.0, lt=1.0, description="Share of the problems held out.")
+    eval_size: int | None = Field(default=None, ge=0, description="Problems held out (overrides eval_fraction).")
+    limit: int | None = Field(default=None, ge=2, description="Use only this many problems (after shuffling).")
+    size: int = Field(default=1000, ge=2, description="Problems a gym: generator makes.")
+    options: dict[str, Any] = Field(default_factory=dict, description="A gym: generator's config fields.")
 
     @field_validator("name")
     @classmethod
@@ -56,6 +66,20 @@ class TaskConfig(_Section):
         if v not in task_names():
             raise ValueError(f"unknown task {v!r}; known: {task_names()}")
         return v
+
+    @field_validator("source")
+    @classmethod
+    def _source(cls, v: str | None) -> str | None:
+        if v is not None:
+            from corl.data.sources import parse_source
+
+            parse_source(v)
+        return v
+
+    def is_file(self) -> bool:
+        from corl.data.sources import parse_source
+
+        return self.source is not None and parse_source(self.source)[0] == "file"
 
 
 class RoundsConfig(_Section):
@@ -160,6 +184,11 @@ class CohortConfig(_Section):
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
             raise ValueError(f"member names must be unique, repeated: {dupes}")
+        from corl.tasks import get_task
+
+        generated = self.task.source is None and self.rounds.prompt_source.kind == "task"
+        if generated and not get_task(self.task.name).generates:
+            raise ValueError(f"task {self.task.name!r} has no generator: set task.source (e.g. packaged:gsm8k)")
         if self.rounds.min_quorum > len(self.members):
             raise ValueError(f"rounds.min_quorum={self.rounds.min_quorum} exceeds the {len(self.members)} members")
         return self
@@ -236,8 +265,12 @@ def _resolve_paths(cfg: CohortConfig, base: Path) -> CohortConfig:
     src = cfg.rounds.prompt_source
     if src.path:
         src = src.model_copy(update={"path": str((base / src.path).resolve())})
+    task = cfg.task
+    if task.source is not None and task.is_file():
+        task = task.model_copy(update={"source": str((base / Path(task.source).expanduser()).resolve())})
     return cfg.model_copy(
         update={
+            "task": task,
             "members": members,
             "weights_dir": str((base / cfg.weights_dir).resolve()),
             "checkpoints_dir": str((base / cfg.checkpoints_dir).resolve()),

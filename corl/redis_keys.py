@@ -94,3 +94,9 @@ def trainer_dropped(run: str, member: str) -> str:
 def graders_seen(run: str) -> str:
     """Grader name -> unix time of its last authenticated request (hash): only live pull graders get tasks."""
     return _k(run, "graders", "seen")
+
+
+def heldout_accuracy(run: str) -> str:
+    """Latest held-out accuracy per member, as the run's evaluator measured it (hash member -> JSON
+    ``{accuracy, weight_version, at}``; TTL): what the dashboard shows."""
+    return _k(run, "eval", "heldout")

@@ -7,6 +7,7 @@ documents' ``info.version``); it changes whenever a message changes incompatibly
 """
 
 from .batch import BatchDiagnostics, GradedBatch, GradedSample, PromptGroup
+from .dashboard import DashboardView, MemberView
 from .errors import ErrorDetail, ErrorResponse, ErrorType
 from .generate import (
     FinishReason,
@@ -36,6 +37,22 @@ from .grading import (
 )
 from .info import HealthResponse, InfoResponse, ReadyResponse
 from .modes import RewardModeName
+from .openai import (
+    ChatCompletion,
+    ChatCompletionChunk,
+    ChatCompletionRequest,
+    CompletionRequest,
+    ModelList,
+    TextCompletion,
+)
+from .reward_server import (
+    ChatMessage,
+    OpenRLHFRewardRequest,
+    OpenRLHFRewardResponse,
+    RewardServerMode,
+    SlimeRewardRequest,
+    SlimeRewardResponse,
+)
 from .weights import WeightFormat, WeightUpdateRequest, WeightUpdateResponse
 
 CONTRACT_VERSION = "2"
@@ -43,6 +60,12 @@ CONTRACT_VERSION = "2"
 __all__ = [
     "CONTRACT_VERSION",
     "BatchDiagnostics",
+    "ChatCompletion",
+    "ChatCompletionChunk",
+    "ChatCompletionRequest",
+    "CompletionRequest",
+    "ModelList",
+    "TextCompletion",
     "ErrorDetail",
     "ErrorResponse",
     "ErrorType",
@@ -81,4 +104,12 @@ __all__ = [
     "PromptsPost",
     "RoundStats",
     "RunStats",
+    "DashboardView",
+    "MemberView",
+    "ChatMessage",
+    "OpenRLHFRewardRequest",
+    "OpenRLHFRewardResponse",
+    "RewardServerMode",
+    "SlimeRewardRequest",
+    "SlimeRewardResponse",
 ]

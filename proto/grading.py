@@ -90,7 +90,18 @@ class MemberRoundStats(WireModel):
     distinct_answers: float = Field(ge=0.0)
     answer_entropy: float = Field(ge=0.0)
     mean_response_tokens: float = Field(ge=0.0)
-    pseudo_label_accuracy: float | None = Field(default=None, description="Vs dataset answers; diagnostic.")
+    pseudo_label_accuracy: float | None = Field(
+        default=None, description="The member's own plurality vs dataset answers; diagnostic."
+    )
+    label_accuracy: float | None = Field(
+        default=None, description="The supervision label vs dataset answers (TTRL's label accuracy); diagnostic."
+    )
+    reward_accuracy: float | None = Field(
+        default=None, description="Share of samples rewarded exactly when right (TTRL's reward accuracy); diagnostic."
+    )
+    majority_ratio: float | None = Field(
+        default=None, ge=0.0, le=1.0, description="Share of G samples that give the plurality answer."
+    )
     batch_written: bool = Field(description="False when back-pressure or a frozen role held it back.")
 
 

@@ -51,7 +51,8 @@ def error_response(
 
 
 def _field_of(loc: tuple[object, ...]) -> str:
-    parts = [str(p) for p in loc if p not in ("body", "query", "path", "header")]
+    # Only the first element names where the value came from: a body field may be called "query".
+    parts = [str(p) for p in (loc[1:] if loc and loc[0] in ("body", "query", "path", "header") else loc)]
     return ".".join(parts) or "body"
 
 
@@ -124,17 +125,19 @@ class BodyLimitMiddleware:
     """413 for a body above ``max_bytes``, before the app reads it: by ``Content-Length`` up front,
     and for a chunked body as soon as the bytes received pass the bound (the rest is not read)."""
 
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, max_bytes: int, path_limits: Mapping[str, int] | None = None) -> None:
         self.app, self.max_bytes = app, max_bytes
+        self.path_limits = dict(path_limits or {})  # exact path -> its own bound (e.g. batch reward routes)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        limit = self.path_limits.get(scope.get("path", ""), self.max_bytes)
         declared = dict(scope.get("headers") or []).get(b"content-length")
         if declared is not None:
-            if declared.isdigit() and int(declared) > self.max_bytes:
-                await self._reject(scope, receive, send)
+            if declared.isdigit() and int(declared) > limit:
+                await self._reject(limit, scope, receive, send)
             else:
                 await self.app(scope, receive, send)
             return
@@ -147,16 +150,16 @@ class BodyLimitMiddleware:
                 return
             chunks.append(message.get("body", b""))
             size += len(chunks[-1])
-            if size > self.max_bytes:
-                await self._reject(scope, receive, send)
+            if size > limit:
+                await self._reject(limit, scope, receive, send)
                 return
             if not message.get("more_body", False):
                 break
         body = {"type": "http.request", "body": b"".join(chunks), "more_body": False}
         await self.app(scope, _replay([body], receive), send)
 
-    async def _reject(self, scope: Scope, receive: Receive, send: Send) -> None:
-        resp = error_response(413, "payload_too_large", f"request body exceeds {self.max_bytes} bytes")
+    async def _reject(self, limit: int, scope: Scope, receive: Receive, send: Send) -> None:
+        resp = error_response(413, "payload_too_large", f"request body exceeds {limit} bytes")
         await resp(scope, receive, send)
 
 
@@ -204,8 +207,11 @@ class RequestMetricsMiddleware:
             self.metrics.duration.labels(*labels).observe(time.perf_counter() - start)
 
 
-def install_edge(app: FastAPI, *, metrics: HttpMetrics, max_body_bytes: int) -> None:
-    """Error handlers, the body limit and request metrics, in that order of wrapping."""
+def install_edge(
+    app: FastAPI, *, metrics: HttpMetrics, max_body_bytes: int, path_limits: Mapping[str, int] | None = None
+) -> None:
+    """Error handlers, the body limit (``path_limits``: exact paths with their own bound) and
+    request metrics, in that order of wrapping."""
     install_error_handlers(app)
-    app.add_middleware(BodyLimitMiddleware, max_bytes=max_body_bytes)
+    app.add_middleware(BodyLimitMiddleware, max_bytes=max_body_bytes, path_limits=path_limits)
     app.add_middleware(RequestMetricsMiddleware, metrics=metrics)

@@ -14,7 +14,8 @@ def aggregator(
     log_level: str | None = typer.Option(None, help="Log level (default CORL_LOG_LEVEL or INFO)."),
 ) -> None:
     """Drive rollout rounds for the run in CONFIG and serve /v1/prompts, /v1/graders, /v1/grading/*,
-    /v1/runs/{run}/stats and /metrics.
+    /v1/runs/{run}/stats, the live /dashboard, the reward server for outside trainers (/get_reward:
+    OpenRLHF, /v1/reward: slime) and /metrics.
 
     Other settings come from CORL_AGGREGATOR_* variables; the admin token from CORL_ADMIN_TOKEN.
     """
@@ -32,4 +33,5 @@ def aggregator(
         raise typer.BadParameter(str(err), param_hint="--config") from None
     settings = AggregatorSettings(config=config)
     typer.echo(f"aggregator for run {cfg.run_id!r} ({len(cfg.members)} members) on http://{host}:{port}")
+    typer.echo(f"dashboard: http://{host}:{port}/dashboard")
     uvicorn.run(create_app(settings, config=cfg), host=host, port=port, log_config=None)

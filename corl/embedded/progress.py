@@ -16,6 +16,10 @@ class MemberSnapshot:
     mean_reward: float | None = None
     distinct_answers: float | None = None
     label_rate: float | None = None
+    # Diagnostics against the data set's answers (TTRL's); never fed back into rewards.
+    label_accuracy: float | None = None
+    reward_accuracy: float | None = None
+    majority_ratio: float | None = None
     backlog: int | None = None
     accuracy: float | None = None  # held-out greedy accuracy at accuracy_version
     accuracy_version: int | None = None

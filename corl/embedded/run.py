@@ -4,6 +4,7 @@ member, as local processes; live progress; a run directory with logs, metrics an
 from __future__ import annotations
 
 import copy
+import json
 import logging
 import os
 import secrets
@@ -19,15 +20,24 @@ from rich.live import Live
 
 from corl import redis_keys
 from corl.config import CohortConfig, dump_config
+from corl.data import load_splits
 from corl.proto import GenerateRequest, GenerateResponse, InfoResponse, RunStats
 from corl.redis_server import LocalRedis, free_port
 from corl.streams import group_backlog
-from corl.tasks import Example, get_task
+from corl.tasks import Example, get_task, is_correct_many
 
 from .processes import ChildDied, ProcessGroup, corl_command
 from .progress import MemberSnapshot, MetricsHistory, RunSnapshot, render, summary_line
 
 log = logging.getLogger(__name__)
+
+
+HELDOUT_TTL_S = 30 * 86400
+
+
+def service_urls(agg_url: str) -> str:
+    """The lines ``corl run`` prints at start: where to watch the run and where to plug in."""
+    return f"dashboard:  {agg_url}/dashboard\naggregator: {agg_url}  (graders, /get_reward, /v1/reward, /metrics)"
 
 
 @dataclass
@@ -87,7 +97,7 @@ class RunMonitor:
     def __init__(self, cfg: CohortConfig, agg_url: str, opts: RunOptions):
         self.cfg, self.agg_url, self.opts = cfg, agg_url, opts
         self.task = get_task(cfg.task.name)
-        self.eval_set: list[Example] = self.task.splits(cfg.rounds.prompt_source.seed).eval[: opts.eval_prompts]
+        self.eval_set: list[Example] = load_splits(cfg.task, cfg.rounds.prompt_source.seed).eval[: opts.eval_prompts]
         self.http = httpx.Client(timeout=httpx.Timeout(60.0, connect=5.0))
         self.redis = redis.Redis.from_url(cfg.redis_url, socket_timeout=5.0)
         self.last: dict[str, MemberSnapshot] = {m.name: MemberSnapshot() for m in cfg.members}
@@ -98,12 +108,17 @@ class RunMonitor:
         self.redis.close()
 
     def accuracy(self, server: str) -> tuple[float, int]:
+        """Greedy held-out accuracy of one server on the task's evaluation split (the same split the
+        aggregator never draws RL prompts from)."""
+        if not self.eval_set:
+            raise httpx.HTTPError("the task has no held-out problems (task.eval_size: 0)")
         sp = self.cfg.sampling().model_copy(update={"temperature": 0.0})
         req = GenerateRequest.of([e.prompt for e in self.eval_set], sp, n=1, format=self.task.prompt_format)
         resp = self.http.post(f"{server}/v1/generate", json=req.model_dump())
         resp.raise_for_status()
         out = GenerateResponse.model_validate(resp.json())
-        hits = sum(self.task.is_correct(e, r.samples[0].text) for r, e in zip(out.results, self.eval_set, strict=True))
+        # Batched: the code task runs every program (sandboxed, concurrently) against its hidden tests.
+        hits = sum(is_correct_many(self.task, self.eval_set, [r.samples[0].text for r in out.results]))
         return hits / len(self.eval_set), out.weight_version
 
     def backlog(self, member: str) -> int | None:
@@ -125,6 +140,9 @@ class RunMonitor:
                 snap.mean_reward = latest[m.name].mean_reward
                 snap.distinct_answers = latest[m.name].distinct_answers
                 snap.label_rate = latest[m.name].label_rate
+                snap.label_accuracy = latest[m.name].label_accuracy
+                snap.reward_accuracy = latest[m.name].reward_accuracy
+                snap.majority_ratio = latest[m.name].majority_ratio
             snap.collapse_alarm = bool(stats and m.name in stats.collapse)
             snap.backlog = self.backlog(m.name) if m.role == "trained" else None
             due = snap.accuracy_version is None or (
@@ -133,10 +151,23 @@ class RunMonitor:
             if force_eval or due:
                 try:
                     snap.accuracy, snap.accuracy_version = self.accuracy(server)
+                    self.report_heldout(m.name, snap.accuracy, snap.accuracy_version)
                 except httpx.HTTPError as err:
                     log.warning("held-out eval of %s failed: %s", m.name, err)
         rounds = stats.next_round if stats else 0
         return RunSnapshot(elapsed_s=time.monotonic() - self.t0, rounds=rounds, members=copy.deepcopy(self.last))
+
+    def report_heldout(self, member: str, accuracy: float, version: int) -> None:
+        """Share the reading with the aggregator's dashboard (a hash with a TTL; best effort)."""
+        key = redis_keys.heldout_accuracy(self.cfg.run_id)
+        rec = json.dumps({"accuracy": accuracy, "weight_version": version, "at": time.time()})
+        try:
+            pipe = self.redis.pipeline()
+            pipe.hset(key, member, rec)
+            pipe.expire(key, HELDOUT_TTL_S)
+            pipe.execute()
+        except redis.RedisError as err:
+            log.warning("could not record held-out accuracy of %s: %s", member, err)
 
     def _stats(self) -> RunStats | None:
         try:
@@ -162,8 +193,11 @@ def run_embedded(cfg: CohortConfig, run_dir: Path, opts: RunOptions, console: Co
     monitor: RunMonitor | None = None
     snap = RunSnapshot(elapsed_s=0.0, rounds=0)
     try:
+        port = free_port()
+        # Printed before the (slow) start, so a person can open the dashboard while it comes up.
+        console.print(service_urls(f"http://127.0.0.1:{port}"), highlight=False, soft_wrap=True)
         with console.status("starting servers, aggregator and trainers..."):
-            agg_url = start_services(cfg, run_dir, group, free_port())
+            agg_url = start_services(cfg, run_dir, group, port)
         console.print(f"all services healthy; logs in {group.log_dir}")
         monitor = RunMonitor(cfg, agg_url, opts)
         deadline: float | None = None

@@ -13,8 +13,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from corl.rewards.diagnostics import collapse_round
+from corl.rewards.modes import REWARD_MODES
+
 METRICS = ("greedy_acc", "sample_acc", "maj@8_acc", "distinct", "entropy")
-LABEL_FREE = ("self_vote", "peer_label", "peer_agreement", "peer_judge")
+LABEL_FREE = tuple(m for m, spec in REWARD_MODES.items() if spec.label_free and m != "none")
 
 
 @dataclass(frozen=True)
@@ -51,38 +54,45 @@ def gain_recovered(before: float, gt_after: float, mode_after: float) -> float |
     return None if gain <= 1e-9 else (mode_after - before) / gain
 
 
-def _spread(vals: Sequence[float]) -> str:
+def mean_se(vals: Sequence[float]) -> tuple[float, float | None]:
+    """Mean over seeds and its standard error (None with one seed)."""
     mean = statistics.fmean(vals)
-    if len(vals) == 1:
-        return f"{mean:.3f}"
-    return f"{mean:.3f} ({min(vals):.3f}-{max(vals):.3f})"
+    return mean, (statistics.stdev(vals) / len(vals) ** 0.5 if len(vals) > 1 else None)
+
+
+def _fmt(vals: Sequence[float], spec: str = ".3f") -> str:
+    mean, se = mean_se(vals)
+    return f"{mean:{spec}}" if se is None else f"{mean:{spec}} ± {se:{spec}}"
 
 
 def markdown_table(results: Sequence[MemberResult], modes: Sequence[str]) -> str:
+    """Cohort means over seeds (± standard error across seeds); the share of the ground-truth gain
+    is computed per seed against that seed's ground-truth run, then averaged."""
     before = cohort_means(results, "greedy_acc", "before")
     before_vals = [v for vals in before.values() for v in vals]
     before_mean = statistics.fmean(before_vals) if before_vals else float("nan")
     greedy, distinct = cohort_means(results, "greedy_acc"), cohort_means(results, "distinct")
     maj = cohort_means(results, "maj@8_acc")
     before_distinct = cohort_means(results, "distinct", "before")
+    seeds = len(next(iter(greedy.values()), []))
     lines = [
-        "| reward | cohort mean greedy after | maj@8 after | distinct answers / 8 | share of ground-truth gain |",
+        f"| reward ({seeds} seed{'s' if seeds != 1 else ''}) | cohort mean greedy after | maj@8 after | "
+        "distinct answers / 8 | share of ground-truth gain |",
         "|---|---|---|---|---|",
     ]
     bd = [v for vals in before_distinct.values() for v in vals]
     lines.append(f"| before | {before_mean:.3f} | - | {statistics.fmean(bd) if bd else float('nan'):.2f} | - |")
-    gt = statistics.fmean(greedy["ground_truth"]) if "ground_truth" in greedy else None
+    gt = greedy.get("ground_truth")
     for mode in modes:
         if mode not in greedy:
             continue
         share = "-"
         if mode in LABEL_FREE and gt is not None:
-            g = gain_recovered(before_mean, gt, statistics.fmean(greedy[mode]))
-            share = "n/a (no ground-truth gain)" if g is None else f"{g:.0%}"
-        lines.append(
-            f"| {mode} | {_spread(greedy[mode])} | {_spread(maj[mode])} | "
-            f"{statistics.fmean(distinct[mode]):.2f} | {share} |"
-        )
+            starts = before["ground_truth"]  # every mode of a seed starts from the same cohort
+            per_seed = [gain_recovered(b, g, m) for b, g, m in zip(starts, gt, greedy[mode], strict=False)]
+            valid = [g for g in per_seed if g is not None]
+            share = _fmt([100 * g for g in valid], ".0f") + "%" if valid else "n/a (no ground-truth gain)"
+        lines.append(f"| {mode} | {_fmt(greedy[mode])} | {_fmt(maj[mode])} | {_fmt(distinct[mode], '.2f')} | {share} |")
     return "\n".join(lines) + "\n"
 
 
@@ -92,6 +102,30 @@ def write_summary_csv(results: Sequence[MemberResult], path: Path) -> None:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
+
+
+def member_series(history: Sequence[dict], key: str) -> dict[str, list[tuple[int, float]]]:
+    """member -> (weight version, value) points of one snapshot field, one per version, in order
+    (held-out accuracy is placed at the version it was measured on)."""
+    series: dict[str, dict[int, float]] = defaultdict(dict)
+    for row in history:
+        for member, m in row["members"].items():
+            x = m.get("accuracy_version") if key == "accuracy" else m.get("weight_version")
+            if x is not None and m.get(key) is not None:
+                series[member][int(x)] = float(m[key])
+    return {member: sorted(pts.items()) for member, pts in series.items()}
+
+
+def collapse_table(histories: dict[str, list[dict]]) -> str:
+    """Per mode and member, the version where held-out accuracy and distinct answers start a
+    sustained fall (``corl.rewards.collapse_round``); '-' when they never do."""
+    lines = ["| mode | member | accuracy falls from | distinct answers fall from |", "|---|---|---|---|"]
+    for mode in sorted(histories):
+        acc, distinct = member_series(histories[mode], "accuracy"), member_series(histories[mode], "distinct_answers")
+        for member in sorted(acc):
+            a, d = collapse_round(acc.get(member, [])), collapse_round(distinct.get(member, []), drop=0.5)
+            lines.append(f"| {mode} | {member} | {'-' if a is None else f'v{a}'} | {'-' if d is None else f'v{d}'} |")
+    return "\n".join(lines) + "\n"
 
 
 def load_history(path: Path) -> list[dict]:
@@ -109,19 +143,17 @@ def plot_curves(histories: dict[str, list[dict]], out_dir: Path) -> list[Path]:
     for key, ylabel, fname in (
         ("accuracy", "held-out greedy accuracy", "accuracy.png"),
         ("distinct_answers", "distinct answers per G samples", "diversity.png"),
+        ("label_accuracy", "supervision-label accuracy (diagnostic)", "label_accuracy.png"),
+        ("reward_accuracy", "reward accuracy (diagnostic)", "reward_accuracy.png"),
+        ("majority_ratio", "majority ratio", "majority_ratio.png"),
     ):
+        if not any(m.get(key) is not None for rows in histories.values() for r in rows for m in r["members"].values()):
+            continue  # a history recorded before this diagnostic existed
         modes = sorted(histories)
         fig, axes = plt.subplots(1, len(modes), figsize=(4.2 * len(modes), 3.6), squeeze=False, sharey=True)
         for ax, mode in zip(axes[0], modes, strict=True):
-            series: dict[str, dict[int, float]] = defaultdict(dict)
-            for row in histories[mode]:
-                for member, m in row["members"].items():
-                    x = m.get("accuracy_version") if key == "accuracy" else m.get("weight_version")
-                    if x is not None and m.get(key) is not None:
-                        series[member][int(x)] = float(m[key])
-            for member, pts in sorted(series.items()):
-                xs = sorted(pts)
-                ax.plot(xs, [pts[x] for x in xs], marker="o", markersize=2, label=member)
+            for member, pts in sorted(member_series(histories[mode], key).items()):
+                ax.plot([x for x, _ in pts], [y for _, y in pts], marker="o", markersize=2, label=member)
             ax.set_title(mode)
             ax.set_xlabel("weight version (training steps)")
             ax.grid(alpha=0.3)

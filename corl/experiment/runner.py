@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from collections.abc import Sequence
@@ -15,9 +16,9 @@ from corl.embedded.config import cohort_members, embedded_config
 from corl.embedded.run import RunOptions, run_embedded, start_redis
 from corl.tasks import get_task
 
-from .report import MemberResult, load_history, markdown_table, plot_curves, write_summary_csv
+from .report import MemberResult, collapse_table, load_history, markdown_table, plot_curves, write_summary_csv
 
-ALL_MODES = ("none", "ground_truth", "self_vote", "peer_label", "peer_agreement")
+ALL_MODES = ("none", "ground_truth", "self_vote", "peer_label", "peer_agreement", "peer_pool")
 
 
 @dataclass
@@ -48,8 +49,15 @@ def run_experiment(cohort_dir: Path, out: Path, opts: ExperimentOptions, console
             if mode == "none":
                 results += [MemberResult(mode, seed, m, before[m], before[m], 0) for m in members]
                 continue
-            console.rule(f"{mode}, seed {seed} ({time.monotonic() - t0:.0f}s elapsed)")
             run_dir = out / "runs" / f"{mode}-seed{seed}"
+            done = run_dir / "result.json"
+            if done.exists():  # finished by an earlier invocation: an interrupted experiment resumes
+                console.print(f"{mode}, seed {seed}: done earlier ({done})")
+                results += [MemberResult(**r) for r in json.loads(done.read_text())]
+                if seed == opts.seeds[0]:
+                    histories[mode] = load_history(run_dir / "metrics.jsonl")
+                continue
+            console.rule(f"{mode}, seed {seed} ({time.monotonic() - t0:.0f}s elapsed)")
             redis_server = start_redis(run_dir)
             try:
                 cfg = embedded_config(
@@ -68,11 +76,13 @@ def run_experiment(cohort_dir: Path, out: Path, opts: ExperimentOptions, console
                 redis_server.close()
             if seed == opts.seeds[0]:
                 histories[mode] = load_history(run.history)
+            finished = []
             for m in members:
                 final = run_dir / "final" / m
                 after = _evaluate(final if final.exists() else cohort_dir / m, seed, opts.eval_prompts)
-                steps = run.final[m].weight_version or 0
-                results.append(MemberResult(mode, seed, m, before[m], after, steps))
+                finished.append(MemberResult(mode, seed, m, before[m], after, run.final[m].weight_version or 0))
+            done.write_text(json.dumps([dataclasses.asdict(r) for r in finished]))
+            results += finished
             _write(results, histories, out, opts.modes)
     _write(results, histories, out, opts.modes)
     (out / "experiment.json").write_text(
@@ -93,6 +103,7 @@ def _write(results: list[MemberResult], histories: dict[str, list[dict]], out: P
     if not results:
         return
     write_summary_csv(results, out / "summary.csv")
-    (out / "results.md").write_text(markdown_table(results, modes))
+    collapse = f"\nSustained falls (seed {results[0].seed}):\n\n{collapse_table(histories)}" if histories else ""
+    (out / "results.md").write_text(markdown_table(results, modes) + collapse)
     if histories:
         plot_curves(histories, out)

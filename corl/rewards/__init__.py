@@ -6,6 +6,7 @@
 - ``reliability``: online grader weights with probation and quarantine.
 - ``diagnostics``: diversity, agreement, label accuracy and the collapse alarm.
 - ``round``: ``grade_round``, one round from samples to rewards and diagnostics.
+- ``consensus``: the cohort's consensus answer as a reward for outside responses (the reward server).
 """
 
 from corl.rewards.diagnostics import (
@@ -13,9 +14,12 @@ from corl.rewards.diagnostics import (
     agreement_matrix,
     answer_stats,
     cohort_diversity,
+    collapse_round,
     diversity,
     label_accuracy,
     labelled_fraction,
+    majority_ratio,
+    reward_accuracy,
 )
 from corl.rewards.judge import combine_grades, judge_rewards, weighted_median, weighted_trimmed_mean
 from corl.rewards.modes import PEER_VOTE_MODES, REWARD_MODES, RewardMode
@@ -38,6 +42,9 @@ from corl.rewards.votes import (
 )
 
 __all__ = [
+    "collapse_round",
+    "majority_ratio",
+    "reward_accuracy",
     "PEER_VOTE_MODES",
     "REWARD_MODES",
     "Answers",

@@ -84,6 +84,47 @@ def label_accuracy(labels: Sequence[str | None], dataset_answers: Sequence[str |
     return sum(1 for lab, t in pairs if lab == t) / len(pairs)
 
 
+def reward_accuracy(
+    answers: Sequence[Sequence[str | None]], rewards: Sequence[Sequence[float]], dataset_answers: Sequence[str | None]
+) -> float | None:
+    """TTRL's reward accuracy: the share of samples (on prompts with a dataset answer) whose reward
+    says what the data set says: rewarded (>= 0.5) exactly when the answer is right. Diagnostic only."""
+    hits = total = 0
+    for samples, row, truth in zip(answers, rewards, dataset_answers, strict=True):
+        if truth is None:
+            continue
+        for a, r in zip(samples, row, strict=True):
+            hits += (r >= 0.5) == (a is not None and a == truth)
+            total += 1
+    return hits / total if total else None
+
+
+def majority_ratio(answers: Sequence[Sequence[str | None]]) -> float:
+    """TTRL's majority ratio: the share of a prompt's G samples that give its most common valid
+    answer, averaged over prompts (1.0: every sample agrees)."""
+    shares = [max(Counter(a for a in s if a is not None).values(), default=0) / len(s) for s in answers if s]
+    return sum(shares) / len(shares) if shares else 0.0
+
+
+def collapse_round(series: Sequence[tuple[int, float]], drop: float = 0.05, patience: int = 3) -> int | None:
+    """The round where a sustained fall starts: the first round after which the value stays more
+    than ``drop`` below its running peak for the rest of the run (at least ``patience`` points).
+    ``series`` is (round, value) in round order; None when it never falls for good."""
+    peak, start = float("-inf"), None
+    points = [(r, v) for r, v in series if v is not None]
+    for i, (_, v) in enumerate(points):
+        if v > peak:
+            peak = v
+        fallen = v < peak - drop
+        if fallen and start is None:
+            start = i
+        elif not fallen:
+            start = None
+    if start is None or len(points) - start < patience:
+        return None
+    return points[start][0]
+
+
 @dataclass
 class CollapseDetector:
     """Alarm when a member's distinct-answer rate falls below ``collapse_fraction`` of its start.

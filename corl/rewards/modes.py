@@ -21,6 +21,7 @@ from .votes import (
     no_rewards,
     peer_agreement_rewards,
     peer_label_rewards,
+    peer_pool_rewards,
     self_vote_rewards,
 )
 
@@ -53,6 +54,13 @@ _MODES = (
         "peer_agreement",
         peer_agreement_rewards,
         "reliability-weighted fraction of the other members' samples that give the same answer",
+        peer=True,
+    ),
+    RewardMode(
+        "peer_pool",
+        peer_pool_rewards,
+        "1 if the answer equals the plurality of the other members' samples pooled together (every "
+        "peer sample one vote; ties and pooled shares below `threshold` give no label)",
         peer=True,
     ),
     RewardMode(

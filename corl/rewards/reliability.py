@@ -216,12 +216,13 @@ def grade_agreements(
                 cons.append(sum(t * w for t, w in others) / sum(w for _, w in others))
             else:
                 cons.append(weighted_median(sorted(others)))
-    agreements = {}
-    for g, (mine, cons) in pairs.items():
-        a = chance_corrected_agreement(mine, cons)
-        if a is not None:
-            agreements[g] = a
-    return agreements
+    return _agreements(pairs)
+
+
+def _agreements(pairs: Mapping[str, tuple[list[float], list[float]]]) -> dict[str, float]:
+    """Each grader's chance-corrected agreement between its scores and their references."""
+    found = {g: chance_corrected_agreement(mine, ref) for g, (mine, ref) in pairs.items()}
+    return {g: a for g, a in found.items() if a is not None}
 
 
 def vote_consensus(
@@ -273,12 +274,7 @@ def vote_grounded_agreements(
                     mine, verdicts = pairs.setdefault(g, ([], []))
                     mine.append(float(score))
                     verdicts.append(1.0 if answer == c else 0.0)
-    agreements = {}
-    for g, (mine, verdicts) in pairs.items():
-        a = chance_corrected_agreement(mine, verdicts)
-        if a is not None:
-            agreements[g] = a
-    return agreements
+    return _agreements(pairs)
 
 
 def peer_vote_agreements(pseudo_labels: Mapping[str, Sequence[str | None]]) -> dict[str, float]:

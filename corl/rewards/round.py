@@ -16,7 +16,14 @@ from corl.config import RewardConfig
 from corl.proto import BatchDiagnostics, GenerateResponse
 from corl.tasks import Task, extract_all
 
-from .diagnostics import agreement_matrix, answer_stats, cohort_diversity, label_accuracy
+from .diagnostics import (
+    agreement_matrix,
+    answer_stats,
+    cohort_diversity,
+    label_accuracy,
+    majority_ratio,
+    reward_accuracy,
+)
 from .modes import REWARD_MODES, RewardMode
 from .reliability import grade_agreements, peer_vote_agreements, vote_grounded_agreements
 from .votes import Answers, RewardInputs
@@ -32,7 +39,10 @@ class MemberOutcome:
     pseudo_labels: list[str | None]  # the plurality of the member's own samples per prompt
     diagnostics: BatchDiagnostics
     distinct_rate: float  # distinct answers / G, averaged over prompts: the collapse signal
-    pseudo_label_accuracy: float | None  # vs dataset answers; a diagnostic
+    pseudo_label_accuracy: float | None  # the member's own plurality vs dataset answers; a diagnostic
+    label_accuracy: float | None  # the supervision label vs dataset answers (TTRL); a diagnostic
+    reward_accuracy: float | None  # rewarded exactly when right (TTRL); a diagnostic
+    majority_ratio: float  # share of G samples giving the plurality answer
 
 
 @dataclass(frozen=True)
@@ -118,9 +128,18 @@ def grade_round(
     for m in present:
         tokens = sum(len(s.token_ids) for pr in responses[m].results for s in pr.samples)
         diag, rate = member_diagnostics(answers[m], out.rewards[m], out.labels[m], tokens)
-        accuracy = label_accuracy(out.pseudo_labels[m], dataset_answers) if dataset_answers is not None else None
+        truth = dataset_answers
         members[m] = MemberOutcome(
-            [list(r) for r in answers[m]], out.rewards[m], out.labels[m], out.pseudo_labels[m], diag, rate, accuracy
+            answers=[list(r) for r in answers[m]],
+            rewards=out.rewards[m],
+            labels=out.labels[m],
+            pseudo_labels=out.pseudo_labels[m],
+            diagnostics=diag,
+            distinct_rate=rate,
+            pseudo_label_accuracy=label_accuracy(out.pseudo_labels[m], truth) if truth is not None else None,
+            label_accuracy=label_accuracy(out.labels[m], truth) if truth is not None else None,
+            reward_accuracy=reward_accuracy(answers[m], out.rewards[m], truth) if truth is not None else None,
+            majority_ratio=majority_ratio(answers[m]),
         )
     rel = reward.reliability
     if mode.judged and rel.grounding == "votes":

@@ -165,6 +165,26 @@ def peer_agreement_rewards(inp: RewardInputs) -> RewardOutcome:
     return _outcome(inp, rewards, labels, pseudo)
 
 
+def pooled_labels(answers: Answers, sups: Sequence[str], n_prompts: int, threshold: float = 0.0) -> list[str | None]:
+    """Per prompt, the plurality of the supervisors' samples pooled together (every peer sample is
+    one vote, so a peer's confidence counts, unlike ``peer_label``'s one label per peer). ``None``
+    on a tie, with no valid vote, or (abstention) when the winner's share of all pooled samples,
+    unparseable ones included, is below ``threshold``."""
+    return [pseudo_label([a for s in sups for a in answers[s][p]], threshold) for p in range(n_prompts)]
+
+
+def peer_pool_rewards(inp: RewardInputs) -> RewardOutcome:
+    """1 if the sample equals the plurality of the supervisors' pooled samples, else 0; a prompt
+    whose pooled vote is tied or below ``threshold`` gives 0 to all its samples."""
+    n, present = inp.n_prompts, list(inp.answers)
+    labels = {
+        m: pooled_labels(inp.answers, supervisors(m, present, inp.topology, inp.order), n, inp.threshold)
+        for m in inp.members
+    }
+    rewards = {m: [_match(s, lab) for s, lab in zip(inp.answers[m], labels[m], strict=True)] for m in inp.members}
+    return _outcome(inp, rewards, labels)
+
+
 def self_vote_rewards(inp: RewardInputs) -> RewardOutcome:
     """Baseline (TTRL-style, collapses): 1 if the sample equals the member's own pseudo-label."""
     _check_shapes(inp.answers, inp.members)

@@ -1,10 +1,11 @@
 """Tasks: prompt generation and answer canonicalisation, pluggable by name."""
 
 from .addition import AdditionTask
-from .base import Example, Splits, Task, extract_all
+from .base import Example, Splits, Task, extract_all, is_correct_many
+from .code import CodeTask
 from .math import MathTask
 
-_TASKS: dict[str, type] = {"addition": AdditionTask, "math": MathTask}
+_TASKS: dict[str, type] = {"addition": AdditionTask, "code": CodeTask, "math": MathTask}
 
 
 def task_names() -> list[str]:
@@ -18,4 +19,15 @@ def get_task(name: str) -> Task:
         raise ValueError(f"unknown task {name!r}; known: {task_names()}") from None
 
 
-__all__ = ["AdditionTask", "Example", "MathTask", "Splits", "Task", "extract_all", "get_task", "task_names"]
+__all__ = [
+    "AdditionTask",
+    "CodeTask",
+    "Example",
+    "MathTask",
+    "Splits",
+    "Task",
+    "extract_all",
+    "get_task",
+    "is_correct_many",
+    "task_names",
+]

@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any, ClassVar
 
 from corl.proto import PromptFormat
 
-from .base import Example, Splits
+from .base import Example, OneByOne, Splits, record_fields
 
 
 @dataclass(frozen=True)
-class AdditionTask:
+class AdditionTask(OneByOne):
     name: str = "addition"
+    generates: ClassVar[bool] = True  # has its own problem generator (splits)
     max_tokens: int = 4  # a sum has at most 3 digits, then the end token
     n_warmup: int = 6000
     n_rl: int = 2000
@@ -52,6 +55,10 @@ class AdditionTask:
 
     def is_correct(self, example: Example, completion: str) -> bool:
         return example.answer is not None and self.extract_answer(example.prompt, completion) == example.answer
+
+    def example(self, record: Mapping[str, Any]) -> Example:
+        prompt, answer = record_fields(record)
+        return Example(prompt, None if answer is None else self.extract_answer(prompt, answer))
 
     def judge_prompt(self, prompt: str, response: str) -> str:
         return f"{prompt}{response}?"

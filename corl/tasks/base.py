@@ -31,6 +31,7 @@ class Splits:
 
 class Task(Protocol):
     name: str
+    generates: bool  # has its own seeded problem generator (``splits``); else problems come from task.source
     max_tokens: int  # default new tokens per sample (the cohort config's rounds.max_tokens overrides)
 
     def splits(self, seed: int) -> Splits:
@@ -52,8 +53,21 @@ class Task(Protocol):
         None when it has no valid answer. Equal answers vote together."""
         ...
 
+    def extract_answers(self, pairs: Sequence[tuple[str, str]]) -> list[str | None]:
+        """``extract_answer`` of many (prompt, completion) pairs at once (a task that runs programs runs
+        them concurrently). Blocking: async callers run it in a worker thread."""
+        ...
+
     def is_correct(self, example: Example, completion: str) -> bool:
         """Evaluation only: is ``completion`` a right answer to ``example`` (dataset answer, hidden tests)?"""
+        ...
+
+    def is_correct_many(self, pairs: Sequence[tuple[Example, str]]) -> list[bool]:
+        """``is_correct`` of many (example, completion) pairs at once. Blocking, like ``extract_answers``."""
+        ...
+
+    def example(self, record: Mapping[str, Any]) -> Example:
+        """One data set record (a JSON object) as this task's example, its answer canonicalised."""
         ...
 
     def judge_prompt(self, prompt: str, response: str) -> str:
@@ -66,10 +80,40 @@ class Task(Protocol):
         ...
 
 
+PROMPT_KEYS = ("prompt", "question", "problem", "input")
+ANSWER_KEYS = ("answer", "expected", "final_answer", "solution", "target", "output")
+
+
+def record_fields(record: Mapping[str, Any]) -> tuple[str, str | None]:
+    """(prompt, raw answer) of a data set record under the usual field names."""
+    prompt = next((record[k] for k in PROMPT_KEYS if isinstance(record.get(k), str) and record[k].strip()), None)
+    if prompt is None:
+        raise ValueError(f"record has none of the prompt fields {list(PROMPT_KEYS)}: keys {sorted(record)}")
+    answer = next((record[k] for k in ANSWER_KEYS if record.get(k) is not None), None)
+    return prompt, None if answer is None else str(answer)
+
+
+class OneByOne:
+    """Batch methods for tasks whose answers are cheap to read one at a time."""
+
+    def extract_answer(self, prompt: str, completion: str) -> str | None:
+        raise NotImplementedError
+
+    def is_correct(self, example: Example, completion: str) -> bool:
+        raise NotImplementedError
+
+    def extract_answers(self, pairs: Sequence[tuple[str, str]]) -> list[str | None]:
+        return [self.extract_answer(p, c) for p, c in pairs]
+
+    def is_correct_many(self, pairs: Sequence[tuple[Example, str]]) -> list[bool]:
+        return [self.is_correct(e, c) for e, c in pairs]
+
+
 def extract_all(task: Task, pairs: Sequence[tuple[str, str]]) -> list[str | None]:
-    """Canonical answers of many (prompt, completion) pairs: the task's batched ``extract_answers``
-    where it has one (a task that runs programs runs them concurrently), else one by one."""
-    batched = getattr(task, "extract_answers", None)
-    if callable(batched):
-        return list(batched(list(pairs)))
-    return [task.extract_answer(p, c) for p, c in pairs]
+    """Canonical answers of many (prompt, completion) pairs (blocking: may run programs)."""
+    return list(task.extract_answers(list(pairs)))
+
+
+def is_correct_many(task: Task, examples: Sequence[Example], completions: Sequence[str]) -> list[bool]:
+    """Evaluation: is each completion right for its example (blocking: may run programs)?"""
+    return list(task.is_correct_many(list(zip(examples, completions, strict=True))))

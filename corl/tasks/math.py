@@ -1,51 +1,159 @@
-"""Math word problems graded by ``math-verify``: answers are parsed and canonicalised, so that
-``\\frac{1}{2}``, ``0.5`` and ``1/2`` count as the same vote."""
+"""Math word problems (GSM8K, CHAMP, generated, or any user file) graded with ``math-verify``.
+
+The prompt asks for a final line ``#### <answer>``; extraction also reads the conventions models
+really use: ``\\boxed{}``, ``#### x``, "the (final) answer is x", and otherwise the last number,
+the last answer in the text winning within each convention. Answers are canonicalised so that
+equal values vote together: ``\\frac{1}{2}``, ``0.5`` and ``1/2`` all become ``1/2``; ``18.0``,
+``$18`` and ``18`` become ``18``; thousands separators and units are dropped.
+"""
 
 from __future__ import annotations
 
+import logging
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any, ClassVar
 
 from corl.proto import PromptFormat
 
-from .base import Example, Splits
+from .base import Example, OneByOne, Splits, record_fields
+
+_TAIL = 4000  # characters of a completion searched for its answer: bounds parsing time
+_BOXED = re.compile(r"\\(?:boxed|fbox)\s*\{")
+_HASHES = re.compile(r"####\s*([^\n]+)")
+_ANSWER_IS = re.compile(
+    r"(?:final answer|the answer|answer)\s*(?:is|=|:)\s*[:]?\s*([^\n]+?)(?:\.\s|\.?\s*$|\n)", re.I | re.M
+)
+_GSM8K_CALC = re.compile(r"<<[^<>]*>>")
+_SHOT = (
+    "Question: Tom has 3 boxes with 4 apples each. He eats 2 apples. How many apples are left?\n"
+    "Answer: Tom has 3 * 4 = 12 apples. After eating 2 he has 12 - 2 = 10.\n#### 10\n\n"
+)
+_MATH_WORDS = {"sqrt", "frac", "dfrac", "pi", "infty", "sin", "cos", "tan", "log", "ln", "exp", "cdot", "times"}
+
+logging.getLogger("math_verify").setLevel(logging.ERROR)  # it warns on every parse without a timeout
+
+
+def _last_boxed(text: str) -> str | None:
+    starts = [m.end() for m in _BOXED.finditer(text)]
+    for start in reversed(starts):
+        depth, i = 1, start
+        while i < len(text) and depth:
+            depth += {"{": 1, "}": -1}.get(text[i], 0)
+            i += 1
+        if depth == 0:
+            return text[start : i - 1]
+    return None
+
+
+def answer_span(completion: str) -> str:
+    """The part of a completion that states its final answer (the whole tail when none is marked)."""
+    text = completion[-_TAIL:]
+    boxed = _last_boxed(text)
+    if boxed is not None:
+        return f"\\boxed{{{boxed}}}"
+    for pattern in (_HASHES, _ANSWER_IS):
+        found = pattern.findall(text)
+        if found:
+            return str(found[-1]).strip().strip("*").strip()
+    return text
+
+
+def _canonical(expr: Any) -> str:
+    import sympy
+
+    if isinstance(expr, sympy.Basic):
+        floats = expr.atoms(sympy.Float)
+        if floats:  # exact decimals: 12.50 and 25/2 are one answer
+            expr = expr.xreplace({f: sympy.Rational(str(f)) for f in floats})
+        if expr.is_number:
+            try:
+                expr = sympy.nsimplify(expr, rational=False) if not expr.is_Rational else expr
+            except (TypeError, ValueError, AttributeError):
+                pass
+    return str(expr)
+
+
+def parse_answer(text: str) -> Any | None:
+    """math-verify's parse of an answer text (LaTeX or a plain expression); None when it has none."""
+    from math_verify import parse
+
+    try:
+        parsed = parse(text, parsing_timeout=None)  # type: ignore[arg-type]  # no SIGALRM: we run in threads
+    except Exception:  # math-verify/sympy raise many kinds on hostile text; unparseable is the answer
+        return None
+    return parsed[0] if parsed else None
+
+
+def canonical_answer(text: str) -> str | None:
+    """Canonical form of an answer written on its own (a data set's answer): ``$1,000`` -> ``1000``."""
+    text = _GSM8K_CALC.sub("", text.strip())
+    if "####" in text:  # a GSM8K-style worked solution
+        text = answer_span(text)
+    prose = any(w.lower() not in _MATH_WORDS for w in re.findall(r"(?<!\\)\b[A-Za-z]{2,}\b", text))
+    expr = parse_answer(text) if prose or text.startswith(("$", "\\")) else parse_answer(f"${text}$")
+    return None if expr is None else _canonical(expr)
 
 
 @dataclass(frozen=True)
-class MathTask:
+class MathTask(OneByOne):
     name: str = "math"
-    max_tokens: int = 512
+    generates: ClassVar[bool] = False  # has its own problem generator (splits)
+    max_tokens: int = 256  # GSM8K solutions run 100-250 tokens (and the server default bound is 256)
     correct_token: str = "Yes"
     incorrect_token: str = "No"
 
     def splits(self, seed: int = 0) -> Splits:
-        raise NotImplementedError("math prompts come from a JSONL prompt source, not a generator")
+        raise NotImplementedError("math prompts come from a data source (task.source), e.g. packaged:gsm8k")
 
     @property
     def prompt_format(self) -> PromptFormat:
         return PromptFormat(
             chat=True,
-            system="Solve the problem step by step. End with: The answer is <number>.",
-            template="{system}\n\nQuestion: {prompt}\nAnswer:",
+            system="Solve the problem step by step. Then write the final answer, a number or expression "
+            "without units, on its own last line in the form: #### <answer>",
+            # Members without a chat template are base models: one worked example shows the form.
+            template="{system}\n\n" + _SHOT + "Question: {prompt}\nAnswer:",
         )
 
     @property
     def stop(self) -> tuple[str, ...]:
-        return ()
+        # A base model continuing the plain template starts the next question.
+        return ("\nQuestion:", "\n\n\n\n")
+
+    def example(self, record: Mapping[str, Any]) -> Example:
+        prompt, answer = record_fields(record)
+        return Example(prompt, None if answer is None else canonical_answer(answer))
 
     def extract_answer(self, prompt: str, completion: str) -> str | None:
-        from math_verify import parse
-
-        parsed = parse(completion, parsing_timeout=None)
-        if not parsed:
-            return None
-        # math-verify returns [sympy expression, original string]; the expression's string form is canonical.
-        return str(parsed[0])
+        expr = parse_answer(answer_span(_GSM8K_CALC.sub("", completion)))
+        return None if expr is None else _canonical(expr)
 
     def is_correct(self, example: Example, completion: str) -> bool:
-        return example.answer is not None and self.extract_answer(example.prompt, completion) == example.answer
+        """Evaluation: math-verify's equivalence of the completion's answer and the data set's."""
+        if example.answer is None:
+            return False
+        predicted = self.extract_answer(example.prompt, completion)
+        if predicted is None:
+            return False
+        if predicted == example.answer:
+            return True
+        from math_verify import verify
+
+        gold, pred = parse_answer(f"${example.answer}$"), parse_answer(f"${predicted}$")
+        if gold is None or pred is None:
+            return False
+        try:
+            return bool(verify(gold, pred, timeout_seconds=None))
+        except Exception:
+            return False
 
     def judge_prompt(self, prompt: str, response: str) -> str:
-        return f"Problem: {prompt}\nProposed solution: {response}\nIs the solution correct? Answer Yes or No: "
+        return (
+            f"Problem: {prompt}\n\nProposed solution: {response}\n\n"
+            "Is the final answer of the proposed solution correct? Answer Yes or No: "
+        )
 
     @property
     def verdict_tokens(self) -> tuple[str, str]:

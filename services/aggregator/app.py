@@ -59,5 +59,12 @@ def create_app(
     app.state.admin_token = settings.admin_token.get_secret_value() if settings.admin_token else None
     app.state.serving = None
     app.include_router(router)
-    install_edge(app, metrics=app.state.metrics.http, max_body_bytes=settings.grading.max_body_bytes)
+    # Outside trainers post a whole rollout batch to the reward routes: they have their own bound.
+    batch_limit = settings.reward_server.max_body_bytes
+    install_edge(
+        app,
+        metrics=app.state.metrics.http,
+        max_body_bytes=settings.grading.max_body_bytes,
+        path_limits={"/get_reward": batch_limit, "/v1/reward": batch_limit},
+    )
     return app

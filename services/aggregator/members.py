@@ -16,7 +16,7 @@ from pydantic import ValidationError
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_random_exponential
 
 from corl.config import MemberConfig
-from corl.proto import GenerateRequest, GenerateResponse, GradeRequest, GradeResponse
+from corl.proto import GenerateRequest, GenerateResponse, GradeRequest, GradeResponse, InfoResponse
 
 from .settings import HttpSettings
 
@@ -84,3 +84,12 @@ class MemberClient:
         if len(resp.scores) != len(req.items):
             raise MemberError(f"grader at {urls[0]}: {len(resp.scores)} scores for {len(req.items)} items")
         return resp
+
+    async def info(self, member: MemberConfig, timeout_s: float) -> InfoResponse | None:
+        """``GET /v1/info`` of the member's first replica, once (a dashboard reading): None on failure."""
+        try:
+            resp = await self.http.get(member.servers[0].rstrip("/") + "/v1/info", timeout=timeout_s)
+            resp.raise_for_status()
+            return InfoResponse.model_validate_json(resp.content)
+        except (httpx.HTTPError, ValidationError):
+            return None

@@ -43,6 +43,10 @@ class AggregatorMetrics:
         self.grading_results = m.counter(
             "grading_results", "Pull results by outcome (accepted, duplicate, late).", "outcome"
         )
+        # The reward server (/get_reward, /v1/reward):
+        self.reward_cache = m.counter(
+            "reward_server_prompts", "Prompts scored: member samples cached (hit), shared in flight, or new.", "outcome"
+        )
         self.push_failures = m.counter("push_grader_failures", "Push grader calls that failed or timed out.", "grader")
 
     def observe(self, outcome: RoundOutcome, alarms: dict[str, bool]) -> None:

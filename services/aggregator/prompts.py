@@ -1,7 +1,8 @@
 """Prompt sources. Every source is addressed by an integer cursor persisted with the round state, so
 a retried round takes exactly the same prompts and a restarted aggregator continues where it was.
 
-- ``task``: the task's seeded RL split, cycled;
+- ``task``: the seeded RL split of the task's data source (``task.source``: a packaged data set, a
+  reasoning-gym generator, a local file; default the task's own generator), cycled;
 - ``jsonl``: a file of ``{"prompt", "answer"?}`` records, cycled;
 - ``http``: prompts posted to ``POST /v1/prompts``, kept in a Redis list and consumed once, in order.
 
@@ -18,9 +19,10 @@ from pydantic import ValidationError
 
 from corl import redis_keys as keys
 from corl.config import CohortConfig
+from corl.data import load_splits
 from corl.proto import PromptRecord
 from corl.services.errors import ConflictError
-from corl.tasks import Example, get_task
+from corl.tasks import Example
 
 
 class PromptSource(Protocol):
@@ -82,7 +84,7 @@ def read_jsonl(path: str | Path) -> list[Example]:
 def build_prompt_source(cfg: CohortConfig, redis: aioredis.Redis) -> PromptSource:
     src = cfg.rounds.prompt_source
     if src.kind == "task":
-        splits = get_task(cfg.task.name).splits(src.seed)
+        splits = load_splits(cfg.task, src.seed)  # read once at start-up, before the service is ready
         return CyclicSource("task", splits.rl if src.split == "rl" else splits.eval)
     if src.kind == "jsonl":
         assert src.path is not None  # checked by the config

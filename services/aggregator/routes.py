@@ -2,25 +2,33 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Request, Response
+from fastapi.responses import HTMLResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from corl.proto import (
+    DashboardView,
+    ErrorResponse,
     GraderRegistered,
     GraderRegistration,
     GradingResults,
     GradingResultsAccepted,
     GradingTasks,
     HealthResponse,
+    OpenRLHFRewardRequest,
+    OpenRLHFRewardResponse,
     PromptsAccepted,
     PromptsPost,
     RunStats,
+    SlimeRewardRequest,
+    SlimeRewardResponse,
 )
 from corl.services.errors import UnavailableError
 from corl.services.http import Authorization, require_admin
 
+from . import dashboard
 from .serving import AggregatorServing
 
 router = APIRouter()
@@ -62,6 +70,39 @@ async def metrics(serving: Serving) -> Response:
 @router.get("/v1/runs/{run}/stats")
 async def run_stats(serving: Serving, run: str, last: Annotated[int | None, Query(ge=1)] = None) -> RunStats:
     return await serving.stats(run, last)
+
+
+def _errors(*codes: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI: these statuses answer with the one error shape."""
+    return {code: {"model": ErrorResponse} for code in codes}
+
+
+@router.get("/v1/runs/{run}/dashboard", responses=_errors(404, 422, 503))
+async def run_dashboard(serving: Serving, run: str, last: Annotated[int | None, Query(ge=1)] = None) -> DashboardView:
+    return await serving.dashboard(run, last)
+
+
+@router.get("/dashboard", response_class=HTMLResponse)
+async def dashboard_page(serving: Serving) -> HTMLResponse:
+    return HTMLResponse(dashboard.page(serving.cfg.run_id))
+
+
+@router.get("/dashboard/assets/{name}", include_in_schema=False)  # static files, not part of the contract
+async def dashboard_asset(name: str) -> Response:
+    body, media_type = dashboard.asset(name)
+    return Response(body, media_type=media_type, headers={"Cache-Control": "max-age=3600"})
+
+
+@router.post("/get_reward", responses=_errors(413, 422, 503))
+async def get_reward(serving: Serving, body: OpenRLHFRewardRequest) -> OpenRLHFRewardResponse:
+    """OpenRLHF's remote reward protocol (``--remote_rm_url http://AGGREGATOR/get_reward``)."""
+    return await serving.openrlhf_reward(body)
+
+
+@router.post("/v1/reward", responses=_errors(413, 422, 503))
+async def reward(serving: Serving, body: SlimeRewardRequest) -> SlimeRewardResponse:
+    """slime's ``remote_rm`` (``--rm-type remote_rm --rm-url http://AGGREGATOR/v1/reward --reward-key reward``)."""
+    return await serving.slime_reward(body)
 
 
 @router.post("/v1/prompts", dependencies=Admin)

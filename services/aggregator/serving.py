@@ -14,21 +14,28 @@ import redis.asyncio as aioredis
 
 from corl.config import CohortConfig
 from corl.proto import (
+    DashboardView,
     GraderRegistered,
     GraderRegistration,
     GradingResults,
     GradingResultsAccepted,
     GradingTasks,
+    OpenRLHFRewardRequest,
+    OpenRLHFRewardResponse,
     PromptsAccepted,
     PromptsPost,
     RunStats,
+    SlimeRewardRequest,
+    SlimeRewardResponse,
 )
 from corl.services.errors import NotFoundError
 
+from .dashboard import build_view, parse_heldout
 from .grading_pool import GradingPool
 from .members import MemberClient
 from .metrics import AggregatorMetrics
 from .prompts import build_prompt_source, posted_source
+from .reward_server import RewardServer
 from .rounds import RoundDriver
 from .settings import AggregatorSettings
 from .state import LearntState
@@ -65,8 +72,9 @@ class AggregatorServing:
             self.state.reliability,
             reserved={m.name for m in cfg.members},
         )
-        client = MemberClient(http, settings.http, cfg.rounds.request_timeout_s)
-        self.driver = RoundDriver(cfg, settings, self.store, client, self.source, metrics, self.state, self.pool)
+        self.client = MemberClient(http, settings.http, cfg.rounds.request_timeout_s)
+        self.driver = RoundDriver(cfg, settings, self.store, self.client, self.source, metrics, self.state, self.pool)
+        self.rewards = RewardServer(cfg, settings.reward_server, self.client, metrics, self.state.weights)
         self._task: asyncio.Task[None] | None = None
 
     async def start(self, run_rounds: bool) -> None:
@@ -77,6 +85,7 @@ class AggregatorServing:
             self._task = asyncio.create_task(self.driver.run_forever(), name="corl-round-driver")
 
     async def stop(self) -> None:
+        await self.rewards.stop()
         if self._task is not None:
             self._task.cancel()
             try:
@@ -99,6 +108,20 @@ class AggregatorServing:
             self.state.reliability,
             self.state.collapse.alarmed,
         )
+
+    async def dashboard(self, run: str, last: int | None = None) -> DashboardView:
+        stats = await self.stats(run, last)
+        timeout = self.settings.member_info_timeout_s
+        infos = await asyncio.gather(*(self.client.info(m, timeout) for m in self.cfg.members))
+        versions = {m.name: (i.weight_version if i else None) for m, i in zip(self.cfg.members, infos, strict=True)}
+        backlog = await self.store.unconsumed([m.name for m in self.cfg.members if m.role == "trained"])
+        return build_view(self.cfg, stats, versions, backlog, parse_heldout(await self.store.heldout()))
+
+    async def openrlhf_reward(self, body: OpenRLHFRewardRequest) -> OpenRLHFRewardResponse:
+        return await self.rewards.openrlhf(body)
+
+    async def slime_reward(self, body: SlimeRewardRequest) -> SlimeRewardResponse:
+        return await self.rewards.slime(body)
 
     async def post_prompts(self, body: PromptsPost) -> PromptsAccepted:
         total = await posted_source(self.source).post(body.prompts)

@@ -9,6 +9,8 @@ from pathlib import Path
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from corl.proto import RewardServerMode
+
 
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -36,6 +38,31 @@ class GradingSettings(_Section):
     max_graders: int = Field(default=64, ge=1, description="Bounds the grader label of metrics.")
 
 
+_END_MARKERS = ["</s>", "<|endoftext|>", "<|im_end|>", "<|eot_id|>", "<|end_of_text|>", "<end_of_turn>", "<eos>"]
+
+
+class RewardServerSettings(_Section):
+    """``POST /get_reward`` (OpenRLHF) and ``POST /v1/reward`` (slime): the cohort scores outside responses."""
+
+    mode: RewardServerMode = Field(
+        default="consensus",
+        description="consensus: 1 if the response's answer is the cohort's consensus answer (label-free); "
+        "agreement: the share of member samples that agree with it; judge: members grade it in judge mode; "
+        "ground_truth: 1 if it equals the request's label (the only mode that reads labels).",
+    )
+    samples_per_prompt: int | None = Field(default=None, ge=1, description="G per member; None: rounds' G.")
+    cache_size: int = Field(default=4096, ge=1, description="Prompts whose member samples are kept.")
+    cache_ttl_s: float = Field(default=600.0, gt=0, description="Life of cached samples (weights move on).")
+    max_concurrency: int = Field(default=4, ge=1, description="Member sampling calls in flight at once.")
+    max_prompts_per_call: int = Field(default=16, ge=1, description="Prompts per member generate call.")
+    max_queries: int = Field(default=4096, ge=1, description="Responses per request.")
+    timeout_s: float = Field(default=120.0, gt=0, description="A request not scored in time gets 503.")
+    max_body_bytes: int = Field(default=64 << 20, ge=1024, description="Bound on a reward request's body.")
+    end_markers: list[str] = Field(
+        default_factory=lambda: list(_END_MARKERS), description="Stripped from the end of a response."
+    )
+
+
 class AggregatorSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="CORL_AGGREGATOR_", env_nested_delimiter="__", extra="ignore")
 
@@ -54,3 +81,5 @@ class AggregatorSettings(BaseSettings):
     stats_rounds: int = Field(default=50, ge=1, description="Rounds returned by GET /v1/runs/{run}/stats.")
     http: HttpSettings = HttpSettings()
     grading: GradingSettings = GradingSettings()
+    reward_server: RewardServerSettings = RewardServerSettings()
+    member_info_timeout_s: float = Field(default=2.0, gt=0, description="GET /v1/info of a member (dashboard).")

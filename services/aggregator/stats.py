@@ -18,6 +18,9 @@ def round_stats(
         name: MemberRoundStats(
             **o.diagnostics.model_dump(),
             pseudo_label_accuracy=o.pseudo_label_accuracy,
+            label_accuracy=o.label_accuracy,
+            reward_accuracy=o.reward_accuracy,
+            majority_ratio=o.majority_ratio,
             batch_written=name in written,
         )
         for name, o in outcome.members.items()

@@ -121,3 +121,8 @@ class RoundStore:
     async def recent_stats(self, n: int) -> list[str]:
         entries: Any = await self.redis.xrevrange(self._stats, count=n)
         return [fields[b"stats"].decode() for _, fields in reversed(entries)]
+
+    async def heldout(self) -> dict[bytes, bytes]:
+        """The evaluator's latest held-out accuracy per member (raw hash, see ``redis_keys.heldout_accuracy``)."""
+        raw: Any = await self.redis.hgetall(keys.heldout_accuracy(self.run))
+        return dict(raw)

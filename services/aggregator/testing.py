@@ -1,5 +1,5 @@
 """Fake cohort members for tests and the benchmark: an ``httpx.MockTransport`` handler that answers
-``/v1/generate`` and ``/v1/grade`` per the contract, for members addressed as ``http://<name>.fake``.
+``/v1/generate``, ``/v1/grade`` and ``/v1/info`` per the contract, for members addressed as ``http://<name>.fake``.
 
 Each fake member answers the addition task correctly with probability ``accuracy`` (else a random
 number or junk); members can be down (connection refused), flaky (503 every other call) or slow.
@@ -62,6 +62,9 @@ class FakeCohort:
         m = self.members.get(name)
         if m is None or name in self.down:
             raise httpx.ConnectError(f"{name} is down", request=request)
+        if request.url.path == "/v1/info":
+            info = {"name": name, "family": "fake", "parameters": 0, "weight_version": m.weight_version}
+            return httpx.Response(200, json={**info, "backend": "fake", "chat_template": False})
         if request.url.path == "/v1/generate":
             m.calls += 1
             if name in self.flaky and m.calls % 2 == 1:

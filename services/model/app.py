@@ -15,6 +15,8 @@ from corl.services.http import install_edge
 from .backends import create_backend
 from .backends.base import Backend
 from .metrics import ServerMetrics
+from .openai_routes import router as openai_router
+from .openai_serving import OpenAIServing
 from .routes import router
 from .serving import ModelServing
 from .settings import ServerSettings
@@ -47,6 +49,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     backend = app.state.backend_override or _build_backend(settings)
     serving = ModelServing(settings, backend, app.state.metrics)
     app.state.serving = serving
+    app.state.openai = OpenAIServing(serving)
     # Load in the background: /healthz answers at once and /readyz says 503 until the model is in.
     loading = asyncio.create_task(serving.start(), name="corl-model-load")
     try:
@@ -56,7 +59,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await loading
         await serving.close()
-        app.state.serving = None
+        app.state.serving = app.state.openai = None
 
 
 def create_app(settings: ServerSettings | None = None, backend: Backend | None = None) -> FastAPI:
@@ -73,7 +76,8 @@ def create_app(settings: ServerSettings | None = None, backend: Backend | None =
     app.state.admin_token = settings.admin_token.get_secret_value() if settings.admin_token else None
     app.state.metrics = ServerMetrics()
     app.state.backend_override = backend
-    app.state.serving = None
+    app.state.serving = app.state.openai = None
     app.include_router(router)
+    app.include_router(openai_router)
     install_edge(app, metrics=app.state.metrics.http, max_body_bytes=settings.max_body_bytes)
     return app

@@ -3,12 +3,15 @@
 Each member renders with its own tokenizer (no text is re-tokenised across members). A tokenizer
 that adds a BOS token by default (Gemma) gets it as text in front of plain renderings, because
 the servers tokenise rendered text without adding special tokens; chat templates write their own.
+
+A chat (``render_messages``, the OpenAI route) uses the chat template too; a member without one
+gets a plain role-prefixed transcript: ``"<role>: <content>\n"`` per message, then ``"assistant:"``.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from corl.proto import PromptFormat
@@ -42,3 +45,16 @@ class PromptRenderer:
         if fmt == _RAW and not self._bos:
             return list(prompts)  # the tiny cohort's path: nothing to render
         return [self.render(p, fmt) for p in prompts]
+
+    def render_messages(self, messages: Sequence[Mapping[str, str]]) -> str:
+        """A chat (``role``/``content`` dicts) as the member's input text, ending where the assistant's
+        turn begins. Raises ``ValueError`` when the chat template refuses the messages."""
+        if self.has_chat_template:
+            # Many templates know no "developer" role: it is OpenAI's newer name for "system".
+            chat = [{**m, "role": "system" if m["role"] == "developer" else m["role"]} for m in messages]
+            try:
+                text = self._tokenizer.apply_chat_template(chat, tokenize=False, add_generation_prompt=True)
+            except Exception as err:  # noqa: BLE001 - jinja raises whatever the template author chose
+                raise ValueError(f"the chat template refused the messages: {err}") from None
+            return str(text)
+        return self._bos + "".join(f"{m['role']}: {m['content']}\n" for m in messages) + "assistant:"

@@ -7,9 +7,10 @@ free lives here (vote grading, bounds, timeouts, metrics), so backends stay smal
 from __future__ import annotations
 
 import asyncio
+import copy
 import logging
 from collections.abc import Awaitable, Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from corl.proto import (
     GenerateRequest,
@@ -22,7 +23,7 @@ from corl.proto import (
     WeightUpdateResponse,
 )
 from corl.services.errors import InvalidInputError, ServiceError, UnavailableError
-from corl.tasks import Task, get_task
+from corl.tasks import Task, extract_all, get_task
 
 from .backends.base import Backend, BackendError, GenerateOutput, SamplingParams, StaleVersionError, WeightLoadError
 from .batching import GenerateBatcher
@@ -44,6 +45,7 @@ class ModelServing:
         self._batcher: GenerateBatcher | None = None
         self._renderer: PromptRenderer | None = None
         self._tasks: dict[str, Task] = {}
+        self.detokenizer: Any = None
         self.start_error: BaseException | None = None
 
     # --- lifecycle ----------------------------------------------------------------------------
@@ -55,6 +57,9 @@ class ModelServing:
         try:
             await self.backend.start()
             self._renderer = PromptRenderer(self.backend.tokenizer)
+            # Decoding for the OpenAI routes runs in worker threads beside the inference thread, and a
+            # Rust tokenizer busy encoding cannot be borrowed at the same time: they get their own copy.
+            self.detokenizer = copy.deepcopy(self.backend.tokenizer)
         except Exception as err:
             self.start_error = err
             log.exception("backend failed to start")
@@ -144,6 +149,25 @@ class ModelServing:
                 raise InvalidInputError(str(err), "task") from None
         return self._tasks[name]
 
+    @property
+    def renderer(self) -> PromptRenderer:
+        self.require_ready()
+        assert self._renderer is not None
+        return self._renderer
+
+    async def sample(self, texts: list[str], params: SamplingParams, field: str) -> GenerateOutput:
+        """Rendered ``texts`` through the bounds, context check and batcher of ``/v1/generate`` (the
+        OpenAI routes' way in); ``field`` names the request field the texts came from."""
+        self._check_count(len(texts), field)
+        self._check_n(params.n, "n")
+        self._check_max_tokens(params.max_tokens, "max_tokens")
+        self.require_ready()
+        i = self.backend.too_long(texts, params.max_tokens)
+        if i is not None:
+            raise InvalidInputError(f"{field} plus {params.max_tokens} new tokens exceeds the model's context", field)
+        await self.backend.check_stop(params.stop)
+        return await self._generate(texts, params)
+
     # --- endpoints ----------------------------------------------------------------------------
     async def generate(self, req: GenerateRequest) -> GenerateResponse:
         self._check_count(len(req.prompts), "prompts")
@@ -159,6 +183,7 @@ class ModelServing:
             stop=tuple(req.stop),
             seed=req.seed,
         )
+        await self.backend.check_stop(params.stop)
         out = await self._generate(texts, params)
         # One validation pass over the backend's objects (read by attribute): half the cost of building
         # 128 Sample models one by one, which is as much as the HTTP round trip itself.
@@ -194,16 +219,18 @@ class ModelServing:
         params = SamplingParams(
             n=req.n_votes, max_tokens=sp.max_tokens, temperature=sp.temperature, top_p=sp.top_p, stop=tuple(sp.stop)
         )
+        await self.backend.check_stop(params.stop, "sampling.stop")
         out = await self._generate(texts, params)
 
-        def score() -> list[float]:  # answer extraction may run programs (code): off the event loop
-            votes = {
-                p: [task.extract_answer(p, c.text) for c in o.completions]
-                for p, o in zip(prompts, out.outputs, strict=True)
-            }
+        def score() -> list[float]:  # answer extraction may run programs (code): off the event loop, batched
+            own_pairs = [(p, c.text) for p, o in zip(prompts, out.outputs, strict=True) for c in o.completions]
+            item_pairs = [(item.prompt, item.response) for item in req.items]
+            answers = extract_all(task, own_pairs + item_pairs)
+            votes: dict[str, list[str | None]] = {p: [] for p in prompts}
+            for (p, _), a in zip(own_pairs, answers, strict=False):
+                votes[p].append(a)
             scores = []
-            for item in req.items:
-                answer = task.extract_answer(item.prompt, item.response)
+            for item, answer in zip(req.items, answers[len(own_pairs) :], strict=True):
                 own = votes[item.prompt]
                 scores.append(0.0 if answer is None else sum(v == answer for v in own) / len(own))
             return scores

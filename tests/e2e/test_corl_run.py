@@ -85,6 +85,9 @@ def test_corl_run_trains_publishes_and_cleans_up(cohort: Path, tmp_path: Path) -
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     # stdout is a pipe here, as in compose logs: progress comes as a plain line per round.
     assert re.search(r"^round [1-9]\d*/4 \(\d+s\): ", res.stdout, re.MULTILINE), res.stdout[-3000:]
+    # Where to watch the run and where to plug in, printed before the services start.
+    urls = re.search(r"^dashboard: +(http://127\.0\.0\.1:\d+)/dashboard\naggregator: +(\S+)", res.stdout, re.MULTILINE)
+    assert urls and urls.group(1) == urls.group(2), res.stdout[:3000]
 
     members = [m["name"] for m in json.loads((cohort / "cohort.json").read_text())["members"]]
     history = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]

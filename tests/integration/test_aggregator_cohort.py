@@ -18,7 +18,7 @@ from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_f
 
 from corl import redis_keys as keys
 from corl.embedded.processes import corl_command
-from corl.proto import GradedBatch, RunStats
+from corl.proto import DashboardView, GradedBatch, OpenRLHFRewardResponse, RunStats
 from corl.redis_server import free_port
 
 pytestmark = pytest.mark.slow
@@ -108,8 +108,18 @@ def test_three_rounds_with_real_model_servers(
                 stats = RunStats.model_validate_json(httpx.get(f"{url}/v1/runs/{run}/stats", timeout=10).content)
                 assert stats.next_round == 3
         metrics = httpx.get(f"{url}/metrics", timeout=10).text
+        # The same process serves outside trainers and the live dashboard, from the real members.
+        body = {"query": ["12+34=46", "12+34=9"], "prompts": ["12+34="] * 2, "labels": ["46", "46"]}
+        reward = OpenRLHFRewardResponse.model_validate_json(
+            httpx.post(f"{url}/get_reward", json=body, timeout=60).raise_for_status().content
+        )
+        view = DashboardView.model_validate_json(httpx.get(f"{url}/v1/runs/{run}/dashboard", timeout=10).content)
+        page = httpx.get(f"{url}/dashboard", timeout=10)
     finally:
         stop(proc)
+    assert len(reward.rewards) == 2 and reward.weight_versions == dict.fromkeys(members, 0)
+    assert [m.weight_version for m in view.members] == [0] * len(members) and len(view.rounds) == 3
+    assert page.status_code == 200 and "dashboard/assets/uPlot.iife.min.js" in page.text
     assert [r.round for r in stats.rounds] == [0, 1, 2] and all(r.missing == [] for r in stats.rounds)
     assert 'corl_aggregator_batches_total{member="alpha"} 3.0' in metrics
     r: Any = redis.Redis.from_url(redis_url)

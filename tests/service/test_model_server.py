@@ -157,11 +157,18 @@ BAD_INPUT = [
     ("/v1/generate", {**GEN, "temperature": -1}, "temperature"),
     ("/v1/generate", {**GEN, "top_p": 0}, "top_p"),
     ("/v1/generate", {"n": 2}, "prompts"),
+    # The char tokenizer has no newline token: such a stop string cannot be matched (422, not a 503).
+    ("/v1/generate", {**GEN, "stop": ["=", "\n"]}, "stop"),
     ("/v1/grade", {"task": "addition", "items": []}, "items"),
     ("/v1/grade", {"task": "addition", "items": [{"prompt": "1+1=", "response": "2"}], "mode": "guess"}, "mode"),
     ("/v1/grade", {"task": "addition", "items": [{"prompt": "1+1=", "response": "2"}], "n_votes": 17}, "n_votes"),
     ("/v1/grade", {"task": "addition", "items": [{"prompt": "1+1=", "response": "2", "x": 1}]}, "items.0.x"),
     ("/v1/grade", {"task": "addition", "items": [{"prompt": "1+1=", "response": "2"}] * 9}, "items"),
+    (
+        "/v1/grade",
+        {"task": "addition", "items": [{"prompt": "1+1=", "response": "2"}], "sampling": {"stop": ["é"]}},
+        "sampling.stop",
+    ),
 ]
 
 

@@ -9,6 +9,7 @@ import math
 import pytest
 
 from corl.rewards import diagnostics as d
+from corl.rewards import majority_ratio, reward_accuracy
 
 
 @pytest.mark.parametrize(
@@ -98,3 +99,17 @@ def test_collapse_detector_snapshot_round_trip() -> None:
     restored = d.CollapseDetector.from_snapshot(json.loads(json.dumps(det.snapshot())))
     assert restored.snapshot() == det.snapshot()
     assert restored.update("a", 1.0) is False and restored.start["a"] == 1.0
+
+
+def test_reward_accuracy_counts_rewards_that_say_what_the_data_set_says() -> None:
+    answers = [["1", "2", None], ["5", "5", "5"], ["7", "8", "9"]]
+    rewards = [[1.0, 0.0, 0.0], [0.0, 0.0, 0.0], [1.0, 1.0, 1.0]]
+    truth = ["1", "5", None]  # the third prompt has no dataset answer: not counted
+    # prompt 0: right-and-rewarded, wrong-and-not, unparseable-and-not: 3 hits; prompt 1: 0 hits of 3
+    assert reward_accuracy(answers, rewards, truth) == 3 / 6
+    assert reward_accuracy(answers, rewards, [None, None, None]) is None
+
+
+def test_majority_ratio_is_the_plurality_share_per_prompt() -> None:
+    assert majority_ratio([["1", "1", "2", None], ["3", "3", "3", "3"]]) == (2 / 4 + 1.0) / 2
+    assert majority_ratio([[None, None]]) == 0.0

@@ -33,6 +33,22 @@ def test_openapi_documents_grade_with_its_error_shape() -> None:
     assert {"/v1/generate", "/v1/weights", "/v1/info", "/healthz", "/readyz", "/metrics"} <= set(doc["paths"])
 
 
+def test_openapi_documents_the_openai_routes() -> None:
+    doc = json.loads(exported_files()["openapi/model_server.json"])
+    for path, request, response in [
+        ("/v1/chat/completions", "ChatCompletionRequest", "ChatCompletion"),
+        ("/v1/completions", "CompletionRequest", "TextCompletion"),
+    ]:
+        post = doc["paths"][path]["post"]
+        assert post["requestBody"]["content"]["application/json"]["schema"]["$ref"].endswith(f"/{request}")
+        ok = post["responses"]["200"]
+        assert ok["content"]["application/json"]["schema"]["$ref"].endswith(f"/{response}")
+        assert "text/event-stream" in ok["content"] and "X-Corl-Weight-Version" in ok["headers"]
+        assert post["responses"]["422"]["content"]["application/json"]["schema"]["$ref"].endswith("/ErrorResponse")
+    models = doc["paths"]["/v1/models"]["get"]["responses"]["200"]
+    assert models["content"]["application/json"]["schema"]["$ref"].endswith("/ModelList")
+
+
 def test_aggregator_openapi_documents_the_grading_pool() -> None:
     doc = json.loads(exported_files()["openapi/aggregator.json"])
     pull = doc["paths"]["/v1/grading/tasks"]["get"]
@@ -42,6 +58,21 @@ def test_aggregator_openapi_documents_the_grading_pool() -> None:
     assert post["requestBody"]["content"]["application/json"]["schema"]["$ref"].endswith("/GradingResults")
     register = doc["paths"]["/v1/graders"]["post"]
     assert register["requestBody"]["content"]["application/json"]["schema"]["$ref"].endswith("/GraderRegistration")
+
+
+def test_aggregator_openapi_documents_the_reward_server_and_dashboard() -> None:
+    doc = json.loads(exported_files()["openapi/aggregator.json"])
+    for path, request, response in (
+        ("/get_reward", "OpenRLHFRewardRequest", "OpenRLHFRewardResponse"),
+        ("/v1/reward", "SlimeRewardRequest", "SlimeRewardResponse"),
+    ):
+        op = doc["paths"][path]["post"]
+        assert op["requestBody"]["content"]["application/json"]["schema"]["$ref"].endswith(f"/{request}")
+        assert op["responses"]["200"]["content"]["application/json"]["schema"]["$ref"].endswith(f"/{response}")
+        assert op["responses"]["422"]["content"]["application/json"]["schema"]["$ref"].endswith("/ErrorResponse")
+    view = doc["paths"]["/v1/runs/{run}/dashboard"]["get"]["responses"]["200"]["content"]["application/json"]
+    assert view["schema"]["$ref"].endswith("/DashboardView")
+    assert "text/html" in doc["paths"]["/dashboard"]["get"]["responses"]["200"]["content"]
 
 
 def test_export_check_detects_drift(tmp_path: Path) -> None:

@@ -146,6 +146,20 @@ def test_supervisors(member: str, topology: str, order: list[str] | None, expect
     assert supervisors(member, ["a", "b", "c"], topology, order) == expected  # type: ignore[arg-type]
 
 
+# --- peer_pool ------------------------------------------------------------------------------
+
+
+def test_peer_pool_counts_every_peer_sample_where_peer_label_ties() -> None:
+    """Peers b (1,1,1) and c (2,2,3): their pseudo-labels tie (no peer_label), the pooled vote is 1."""
+    answers: Answers = {"a": [["1", "2", None]], "b": [["1", "1", "1"]], "c": [["2", "2", "3"]]}
+    assert compute_rewards("peer_label", answers).labels["a"] == [None]
+    out = compute_rewards("peer_pool", answers)
+    assert out.labels["a"] == ["1"] and out.rewards["a"] == [[1.0, 0.0, 0.0]]
+    assert out.labels["b"] == ["2"]  # a and c pooled: 2 twice, 1 once, 3 once
+    abstain = compute_rewards("peer_pool", answers, threshold=0.6)  # 1 holds 3 of 6 pooled samples
+    assert abstain.labels["a"] == [None] and abstain.rewards["a"] == [[0.0, 0.0, 0.0]]
+
+
 # --- peer_agreement -------------------------------------------------------------------------
 
 

@@ -118,6 +118,11 @@ class Backend(abc.ABC):
         the engine. Cheap: called per request."""
         return first_too_long(self.tokenizer, prompts, max_tokens, self.max_context)
 
+    async def check_stop(self, stop: Sequence[str], field: str = "stop") -> None:
+        """Raise ``InvalidInputError`` (422, on ``field``) for stop strings this engine cannot match,
+        before any generation starts. Default: every string can (engines that match decoded text)."""
+        return None
+
     @abc.abstractmethod
     async def start(self) -> None:
         """Load the model; after this returns the backend serves requests."""

@@ -24,10 +24,11 @@ from pathlib import Path
 
 import torch
 from safetensors.torch import load_file
-from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, StopStringCriteria
 
 from corl import weights_store
 from corl.models.sampling import sample
+from corl.services.errors import InvalidInputError
 
 from . import weights
 from .base import (
@@ -80,6 +81,7 @@ class TransformersBackend(Backend):
         self._swap_lock = asyncio.Lock()
         self._max_len: int | None = None
         self._takes_positions = False
+        self._stops_ok: set[str] = set()  # stop strings the tokenizer was found able to match
 
     @property
     def weight_version(self) -> int:
@@ -166,6 +168,32 @@ class TransformersBackend(Backend):
             for r in results
         ]
         return GenerateOutput(slot.version, outputs)
+
+    async def check_stop(self, stop: Sequence[str], field: str = "stop") -> None:
+        """transformers matches stop strings through the tokens that can spell them; a string with a
+        character no token holds (e.g. a newline for the char tokenizer) cannot stop anything, and
+        would fail inside ``generate`` as a server error. Checked on the inference thread (the
+        tokenizer is not shared across threads), once per string."""
+        new = [s for s in dict.fromkeys(stop) if s not in self._stops_ok]
+        if not new:
+            return
+        bad = await asyncio.get_running_loop().run_in_executor(self._infer, self._unmatchable, new)
+        if bad is not None:
+            raise InvalidInputError(
+                f"stop string {bad!r} cannot be matched by {self.name}'s tokenizer (a character it has no token for)",
+                field,
+            )
+
+    def _unmatchable(self, stop: list[str]) -> str | None:
+        for s in stop:
+            try:
+                StopStringCriteria(self.tokenizer, [s])
+            except ValueError:
+                return s
+            if len(self._stops_ok) > 4096:  # clients choose the strings: stay bounded
+                self._stops_ok.clear()
+            self._stops_ok.add(s)
+        return None
 
     async def judge(self, texts: Sequence[str], correct_token: str, incorrect_token: str) -> JudgeOutput:
         ids = [self._single_token(t) for t in (correct_token, incorrect_token)]

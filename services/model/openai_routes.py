@@ -1,0 +1,69 @@
+"""OpenAI-compatible routes: thin, each one call into ``OpenAIServing`` (shapes in ``corl.proto.openai``)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Request, Response
+from fastapi.responses import StreamingResponse
+
+from corl.proto import ErrorResponse
+from corl.proto.openai import (
+    WEIGHT_VERSION_HEADER,
+    ChatCompletion,
+    ChatCompletionRequest,
+    CompletionRequest,
+    ModelList,
+    TextCompletion,
+)
+from corl.services.errors import UnavailableError
+
+from .openai_serving import OpenAIServing, Served
+
+
+async def get_openai(request: Request) -> OpenAIServing:
+    openai = getattr(request.app.state, "openai", None)
+    if openai is None:
+        raise UnavailableError("server is starting")
+    return openai  # type: ignore[no-any-return]
+
+
+OpenAI = Annotated[OpenAIServing, Depends(get_openai)]
+
+_ERRORS: dict[int | str, dict[str, Any]] = {code: {"model": ErrorResponse} for code in (404, 413, 422, 503)}
+_STREAM = {"text/event-stream": {"schema": {"type": "string", "description": "data: <chunk JSON> ... data: [DONE]"}}}
+_HEADERS = {WEIGHT_VERSION_HEADER: {"description": "Weights behind every choice.", "schema": {"type": "integer"}}}
+
+router = APIRouter(tags=["openai"])
+
+
+def _answer(served: Served) -> Response:
+    headers = {WEIGHT_VERSION_HEADER: str(served.weight_version)}
+    if served.events is not None:
+        return StreamingResponse(
+            served.stream(), media_type="text/event-stream", headers={**headers, "Cache-Control": "no-cache"}
+        )
+    return Response(served.body.model_dump_json(), media_type="application/json", headers=headers)
+
+
+@router.post(
+    "/v1/chat/completions",
+    response_model=ChatCompletion,
+    responses={200: {"content": _STREAM, "headers": _HEADERS}, **_ERRORS},
+)
+async def chat_completions(body: ChatCompletionRequest, openai: OpenAI) -> Response:
+    return _answer(await openai.chat(body))
+
+
+@router.post(
+    "/v1/completions",
+    response_model=TextCompletion,
+    responses={200: {"content": _STREAM, "headers": _HEADERS}, **_ERRORS},
+)
+async def completions(body: CompletionRequest, openai: OpenAI) -> Response:
+    return _answer(await openai.complete(body))
+
+
+@router.get("/v1/models", response_model=ModelList, responses={503: {"model": ErrorResponse}})
+async def models(openai: OpenAI) -> ModelList:
+    return openai.models()

@@ -133,7 +133,8 @@ class LiveStack:
     project: str
     env_file: Path
     offline: bool
-    env: dict[str, str] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)  # the compose command's process environment
+    env_values: dict[str, str] = field(default_factory=dict)  # what the .env file says
     timings: dict[str, float] = field(default_factory=dict)
     _ticker: threading.Thread | None = None
     _stop: threading.Event = field(default_factory=threading.Event)

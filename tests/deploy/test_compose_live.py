@@ -65,7 +65,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveStack]:
         offline,
         env={"COMPOSE_PROFILES": env["COMPOSE_PROFILES"], "CORL_IMAGE": IMAGE},
     )
-    s.env_values = env  # type: ignore[attr-defined]
+    s.env_values = env
     s.compose("down", "-v", "--remove-orphans", check=False)  # a previous run's leftovers
     seed = os.environ.get("CORL_COMPOSE_COHORT")
     t0 = time.monotonic()
@@ -120,7 +120,7 @@ def test_rounds_commit_and_every_member_trains_publishes_and_swaps(stack: LiveSt
 
 
 def test_prometheus_scrapes_every_corl_target(stack: LiveStack) -> None:
-    port = stack.env_values["PROMETHEUS_HOST_PORT"]  # type: ignore[attr-defined]
+    port = stack.env_values["PROMETHEUS_HOST_PORT"]
 
     def all_up() -> bool:
         targets = httpx.get(f"http://127.0.0.1:{port}/api/v1/targets", timeout=10).json()["data"]["activeTargets"]
@@ -143,7 +143,7 @@ def test_grafana_serves_the_provisioned_dashboard(stack: LiveStack) -> None:
             f"{GRAFANA_IMAGE} cannot be pulled here (no Docker Hub) and Grafana has no Debian package; "
             "the offline override leaves Grafana out"
         )
-    env = stack.env_values  # type: ignore[attr-defined]
+    env = stack.env_values
     auth = (env["GRAFANA_ADMIN_USER"], env["GRAFANA_ADMIN_PASSWORD"])
     base = f"http://127.0.0.1:{env['GRAFANA_HOST_PORT']}"
     found = wait_for(

@@ -117,6 +117,10 @@ def test_rounds_commit_and_every_member_trains_publishes_and_swaps(stack: LiveSt
         wait_for("rounds, publishes and swaps", enough, timeout_s=600, interval_s=5)
     for m in TRAINED:
         assert stack.server_version(m) >= MIN_VERSIONS, m
+    # What the README tells a user to look at, through the published host port.
+    port = stack.env_values["CORL_AGGREGATOR_HOST_PORT"]
+    stats = httpx.get(f"http://127.0.0.1:{port}/v1/runs/compose/stats", timeout=10).json()
+    assert stats["next_round"] >= MIN_ROUNDS and stats["rounds"], stats
 
 
 def test_prometheus_scrapes_every_corl_target(stack: LiveStack) -> None:

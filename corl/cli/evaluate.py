@@ -8,6 +8,8 @@ from typing import Annotated
 
 import typer
 
+from .logs import quiet_transformers
+
 
 def eval_cohort(
     cohort: Annotated[Path, typer.Option(help="Cohort directory (with cohort.json).")],
@@ -31,15 +33,13 @@ def eval_cohort(
     import torch
     from rich.console import Console
     from rich.table import Table
-    from transformers.utils import logging as hf_logging
 
     from corl.cohort.evaluate import evaluate_member
     from corl.cohort.manifest import read_manifest
     from corl.tasks import get_task
 
     torch.set_num_threads(threads)
-    hf_logging.set_verbosity_error()
-    hf_logging.disable_progress_bar()
+    quiet_transformers()
     try:
         manifest = read_manifest(cohort)
     except FileNotFoundError as err:

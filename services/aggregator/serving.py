@@ -12,22 +12,8 @@ import logging
 import httpx
 import redis.asyncio as aioredis
 
+from corl import proto
 from corl.config import CohortConfig
-from corl.proto import (
-    DashboardView,
-    GraderRegistered,
-    GraderRegistration,
-    GradingResults,
-    GradingResultsAccepted,
-    GradingTasks,
-    OpenRLHFRewardRequest,
-    OpenRLHFRewardResponse,
-    PromptsAccepted,
-    PromptsPost,
-    RunStats,
-    SlimeRewardRequest,
-    SlimeRewardResponse,
-)
 from corl.services.errors import NotFoundError
 
 from .dashboard import build_view, parse_heldout
@@ -98,7 +84,7 @@ class AggregatorServing:
         if run != self.cfg.run_id:
             raise NotFoundError(f"no run {run!r}; this aggregator drives {self.cfg.run_id!r}")
 
-    async def stats(self, run: str, last: int | None = None) -> RunStats:
+    async def stats(self, run: str, last: int | None = None) -> proto.RunStats:
         self._check_run(run)
         rounds = await self.store.recent_stats(min(last or self.settings.stats_rounds, self.settings.stats_rounds))
         return run_stats(
@@ -109,7 +95,7 @@ class AggregatorServing:
             self.state.collapse.alarmed,
         )
 
-    async def dashboard(self, run: str, last: int | None = None) -> DashboardView:
+    async def dashboard(self, run: str, last: int | None = None) -> proto.DashboardView:
         stats = await self.stats(run, last)
         timeout = self.settings.member_info_timeout_s
         infos = await asyncio.gather(*(self.client.info(m, timeout) for m in self.cfg.members))
@@ -117,17 +103,17 @@ class AggregatorServing:
         backlog = await self.store.unconsumed([m.name for m in self.cfg.members if m.role == "trained"])
         return build_view(self.cfg, stats, versions, backlog, parse_heldout(await self.store.heldout()))
 
-    async def openrlhf_reward(self, body: OpenRLHFRewardRequest) -> OpenRLHFRewardResponse:
+    async def openrlhf_reward(self, body: proto.OpenRLHFRewardRequest) -> proto.OpenRLHFRewardResponse:
         return await self.rewards.openrlhf(body)
 
-    async def slime_reward(self, body: SlimeRewardRequest) -> SlimeRewardResponse:
+    async def slime_reward(self, body: proto.SlimeRewardRequest) -> proto.SlimeRewardResponse:
         return await self.rewards.slime(body)
 
-    async def post_prompts(self, body: PromptsPost) -> PromptsAccepted:
+    async def post_prompts(self, body: proto.PromptsPost) -> proto.PromptsAccepted:
         total = await posted_source(self.source).post(body.prompts)
-        return PromptsAccepted(accepted=len(body.prompts), queued=max(0, total - self.driver.round_state.cursor))
+        return proto.PromptsAccepted(accepted=len(body.prompts), queued=max(0, total - self.driver.round_state.cursor))
 
-    async def register_grader(self, body: GraderRegistration) -> GraderRegistered:
+    async def register_grader(self, body: proto.GraderRegistration) -> proto.GraderRegistered:
         reg = await self.pool.register(body)
         log.info("grader %s registered (%s mode, probation)", reg.name, reg.mode)
         return reg
@@ -135,8 +121,8 @@ class AggregatorServing:
     async def authenticate_grader(self, token: str) -> str:
         return await self.pool.authenticate(token)
 
-    async def grading_tasks(self, grader: str, max_tasks: int, wait_s: float) -> GradingTasks:
-        return GradingTasks(tasks=await self.pool.lease(grader, max_tasks, wait_s))
+    async def grading_tasks(self, grader: str, max_tasks: int, wait_s: float) -> proto.GradingTasks:
+        return proto.GradingTasks(tasks=await self.pool.lease(grader, max_tasks, wait_s))
 
-    async def grading_results(self, grader: str, body: GradingResults) -> GradingResultsAccepted:
+    async def grading_results(self, grader: str, body: proto.GradingResults) -> proto.GradingResultsAccepted:
         return await self.pool.submit(grader, body)

@@ -16,16 +16,13 @@ from corl.proto.openai import (
     ModelList,
     TextCompletion,
 )
-from corl.services.errors import UnavailableError
 
 from .openai_serving import OpenAIServing, Served
+from .routes import started
 
 
 async def get_openai(request: Request) -> OpenAIServing:
-    openai = getattr(request.app.state, "openai", None)
-    if openai is None:
-        raise UnavailableError("server is starting")
-    return openai  # type: ignore[no-any-return]
+    return started(request, "openai")  # type: ignore[return-value]
 
 
 OpenAI = Annotated[OpenAIServing, Depends(get_openai)]
@@ -53,20 +50,15 @@ def _answer(served: Served) -> Response:
     return Response(served.body.model_dump_json(), media_type="application/json", headers=headers)
 
 
-@router.post(
-    "/v1/chat/completions",
-    response_model=ChatCompletion,
-    responses={200: {"content": _STREAM, "headers": _HEADERS}, **_ERRORS},
-)
+_SERVED = {200: {"content": _STREAM, "headers": _HEADERS}, **_ERRORS}
+
+
+@router.post("/v1/chat/completions", response_model=ChatCompletion, responses=_SERVED)
 async def chat_completions(body: ChatCompletionRequest, openai: OpenAI) -> Response:
     return _answer(await openai.chat(body))
 
 
-@router.post(
-    "/v1/completions",
-    response_model=TextCompletion,
-    responses={200: {"content": _STREAM, "headers": _HEADERS}, **_ERRORS},
-)
+@router.post("/v1/completions", response_model=TextCompletion, responses=_SERVED)
 async def completions(body: CompletionRequest, openai: OpenAI) -> Response:
     return _answer(await openai.complete(body))
 

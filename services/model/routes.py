@@ -30,11 +30,16 @@ async def get_metrics(request: Request) -> ServerMetrics:
     return request.app.state.metrics  # type: ignore[no-any-return]
 
 
-async def get_serving(request: Request) -> ModelServing:
-    serving = getattr(request.app.state, "serving", None)
-    if serving is None:
+def started(request: Request, name: str) -> object:
+    """The app-state service ``name``, or 503 while the server is starting."""
+    service = getattr(request.app.state, name, None)
+    if service is None:
         raise UnavailableError("server is starting")
-    return serving  # type: ignore[no-any-return]
+    return service
+
+
+async def get_serving(request: Request) -> ModelServing:
+    return started(request, "serving")  # type: ignore[return-value]
 
 
 Serving = Annotated[ModelServing, Depends(get_serving)]

@@ -32,31 +32,38 @@ from .settings import ServerSettings
 
 
 @contextlib.contextmanager
-def running_server(
-    settings: ServerSettings, backend: Backend | None = None, *, ready_timeout_s: float = 120.0
-) -> Iterator[str]:
-    """Serve ``create_app(settings, backend)`` on 127.0.0.1:<free port>; yield its base URL."""
+def serve_app(app: Any, ready_path: str = "/readyz", timeout_s: float = 120.0) -> Iterator[str]:
+    """Serve an ASGI ``app`` with uvicorn on 127.0.0.1:<free port> in a thread; yield its base URL once
+    ``ready_path`` answers 200."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    config = uvicorn.Config(create_app(settings, backend), log_level="warning", lifespan="on")
-    server = uvicorn.Server(config)
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name=f"uvicorn-{port}", daemon=True)
     thread.start()
     url = f"http://127.0.0.1:{port}"
 
     def alive() -> None:
         if not thread.is_alive():
-            raise RuntimeError("model server thread exited during startup")
+            raise RuntimeError("server thread exited during startup")
 
     try:
-        wait_healthy(f"{url}/readyz", ready_timeout_s, alive=alive, interval_s=0.05)
+        wait_healthy(f"{url}{ready_path}", timeout_s, alive=alive, interval_s=0.05)
         yield url
     finally:
         server.should_exit = True
         thread.join(timeout=30)
         sock.close()
+
+
+@contextlib.contextmanager
+def running_server(
+    settings: ServerSettings, backend: Backend | None = None, *, ready_timeout_s: float = 120.0
+) -> Iterator[str]:
+    """Serve ``create_app(settings, backend)`` on 127.0.0.1:<free port>; yield its base URL."""
+    with serve_app(create_app(settings, backend), timeout_s=ready_timeout_s) as url:
+        yield url
 
 
 class FakeBackend(Backend):

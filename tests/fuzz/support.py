@@ -2,49 +2,15 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
-import socket
 import subprocess
 import sys
-import threading
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import uvicorn
-
-from corl.health import wait_healthy
 
 HOOKS = "hooks"  # tests/fuzz/hooks.py, importable with this folder on PYTHONPATH
 FUZZ_CONTEXT = 512  # the fuzzed model's context: room for long prompts (conftest.fuzz_model_dir)
-
-
-@contextlib.contextmanager
-def serve_app(app: Any, ready_path: str = "/readyz", timeout_s: float = 120.0) -> Iterator[str]:
-    """A real uvicorn (its own event loop, in a thread of this process) on 127.0.0.1:<free port>."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name=f"uvicorn-{port}", daemon=True)
-    thread.start()
-    url = f"http://127.0.0.1:{port}"
-
-    def alive() -> None:
-        if not thread.is_alive():
-            raise RuntimeError("server thread exited during startup")
-
-    try:
-        wait_healthy(f"{url}{ready_path}", timeout_s, alive=alive, interval_s=0.05)
-        yield url
-    finally:
-        server.should_exit = True
-        thread.join(timeout=30)
-        sock.close()
 
 
 @dataclass

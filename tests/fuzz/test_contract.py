@@ -10,13 +10,14 @@ from typing import Any
 import httpx
 import pytest
 from hooks import CONTEXT_ENV, MODEL_DIR_ENV
-from support import FUZZ_CONTEXT, FuzzRun, run_schemathesis, serve_app
+from support import FUZZ_CONTEXT, FuzzRun, run_schemathesis
 
 from corl.config import parse_config
 from corl.services.aggregator import AggregatorSettings
 from corl.services.aggregator import create_app as create_aggregator
 from corl.services.aggregator.testing import FakeCohort
 from corl.services.model.app import create_app as create_model_app
+from corl.services.model.testing import serve_app
 
 pytestmark = [pytest.mark.fuzz, pytest.mark.timeout(400)]
 

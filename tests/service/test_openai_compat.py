@@ -60,16 +60,8 @@ def test_models_lists_the_member(oai: openai.OpenAI) -> None:
 
 
 def test_chat_n4_with_logprobs_and_weight_version(oai: openai.OpenAI, server: str) -> None:
-    raw = oai.chat.completions.with_raw_response.create(
-        model="tiny",
-        messages=CHAT,
-        n=4,
-        max_tokens=8,
-        temperature=1.0,
-        top_p=0.9,
-        seed=3,
-        logprobs=True,
-    )
+    sampling: dict[str, Any] = {"n": 4, "max_tokens": 8, "temperature": 1.0, "top_p": 0.9, "seed": 3}
+    raw = oai.chat.completions.with_raw_response.create(model="tiny", messages=CHAT, logprobs=True, **sampling)
     assert raw.headers["x-corl-weight-version"] == "0"
     resp = raw.parse()
     assert resp.object == "chat.completion" and resp.model == "tiny" and resp.system_fingerprint == "corl-w0"
@@ -139,15 +131,9 @@ def test_chat_stream_joins_to_the_completion(oai: openai.OpenAI, server: str) ->
 
 def test_completions_with_prompts_n_logprobs_and_stop(oai: openai.OpenAI, server: str) -> None:
     prompts = ["12+34=", "07+08="]
+    penalties_off = {"frequency_penalty": 0, "presence_penalty": 0}  # some clients always send them
     resp = oai.completions.create(
-        model="tiny",
-        prompt=prompts,
-        n=2,
-        max_tokens=8,
-        temperature=0,
-        logprobs=0,
-        frequency_penalty=0,
-        presence_penalty=0,
+        model="tiny", prompt=prompts, n=2, max_tokens=8, temperature=0, logprobs=0, **penalties_off
     )
     assert resp.object == "text_completion" and resp.system_fingerprint == "corl-w0"
     assert [c.index for c in resp.choices] == [0, 1, 2, 3]

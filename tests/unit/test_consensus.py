@@ -4,14 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from corl.rewards.consensus import (
-    agreement_scores,
-    cohort_consensus,
-    consensus_rewards,
-    label_rewards,
-    split_query,
-    strip_end_markers,
-)
+from corl.rewards import consensus
 
 
 def test_consensus_is_the_plurality_of_member_pseudo_labels() -> None:
@@ -20,35 +13,36 @@ def test_consensus_is_the_plurality_of_member_pseudo_labels() -> None:
         "b": ["46", "7", "46", "46"],
         "c": ["9", "9", "9", "46"],
     }
-    c = cohort_consensus(answers)
+    c = consensus.cohort_consensus(answers)
     assert c.pseudo_labels == {"a": "46", "b": "46", "c": "9"}
     assert c.answer == "46"
     # Shares count every sample, unparseable ones in the denominator: 6 of 12 say 46.
     assert c.shares["46"] == pytest.approx(6 / 12)
-    assert consensus_rewards(c, ["46", "9", None, " 46"]) == [1.0, 0.0, 0.0, 0.0]
-    assert agreement_scores(c, ["46", "9", None, "1000"]) == pytest.approx([0.5, 3 / 12, 0.0, 0.0])
+    assert consensus.consensus_rewards(c, ["46", "9", None, " 46"]) == [1.0, 0.0, 0.0, 0.0]
+    assert consensus.agreement_scores(c, ["46", "9", None, "1000"]) == pytest.approx([0.5, 3 / 12, 0.0, 0.0])
 
 
 def test_tied_members_give_no_consensus_and_no_reward() -> None:
-    c = cohort_consensus({"a": ["1", "1"], "b": ["2", "2"]})
+    c = consensus.cohort_consensus({"a": ["1", "1"], "b": ["2", "2"]})
     assert c.answer is None and not c.labelled
-    assert consensus_rewards(c, ["1", "2", None]) == [0.0, 0.0, 0.0]
-    assert agreement_scores(c, ["1"]) == [0.5]  # the soft score still sees the split
+    assert consensus.consensus_rewards(c, ["1", "2", None]) == [0.0, 0.0, 0.0]
+    assert consensus.agreement_scores(c, ["1"]) == [0.5]  # the soft score still sees the split
 
 
 def test_threshold_and_zero_weight_members() -> None:
     answers = {"a": ["1", "2", "3", "1"], "b": ["5", "5", "5", "5"], "c": ["5", "6", "7", "8"]}
     # a's plurality holds only 2/4 of its samples: with threshold 0.6 it has no label; b decides.
-    assert cohort_consensus(answers, threshold=0.6).answer == "5"
+    assert consensus.cohort_consensus(answers, threshold=0.6).answer == "5"
     # A quarantined member (weight 0) has no say in the plurality nor in the shares.
-    c = cohort_consensus({"a": ["1"] * 4, "b": ["1"] * 4, "c": ["9"] * 4, "d": ["9"] * 4}, weights={"c": 0.0, "d": 0.0})
+    votes = {"a": ["1"] * 4, "b": ["1"] * 4, "c": ["9"] * 4, "d": ["9"] * 4}
+    c = consensus.cohort_consensus(votes, weights={"c": 0.0, "d": 0.0})
     assert c.answer == "1" and c.shares == {"1": 1.0}
 
 
 def test_label_rewards_compare_canonical_answers() -> None:
-    assert label_rewards(["46", None, "3"], ["46", "46", "4"]) == [1.0, 0.0, 0.0]
+    assert consensus.label_rewards(["46", None, "3"], ["46", "46", "4"]) == [1.0, 0.0, 0.0]
     with pytest.raises(ValueError, match="2 labels for 3 responses"):
-        label_rewards(["1", "2", "3"], ["1", "2"])
+        consensus.label_rewards(["1", "2", "3"], ["1", "2"])
 
 
 @pytest.mark.parametrize(
@@ -63,9 +57,9 @@ def test_label_rewards_compare_canonical_answers() -> None:
 )
 def test_split_query_recovers_the_response(query: str, prompt: str, response: str) -> None:
     markers = ["</s>", "<|im_end|>", "<|endoftext|>"]
-    assert split_query(query, prompt, markers) == response
+    assert consensus.split_query(query, prompt, markers) == response
 
 
 def test_strip_end_markers_leaves_other_text() -> None:
-    assert strip_end_markers("46 <eos> <eos>", ["<eos>"]) == "46"
-    assert strip_end_markers("4<eos>6", ["<eos>"]) == "4<eos>6"
+    assert consensus.strip_end_markers("46 <eos> <eos>", ["<eos>"]) == "46"
+    assert consensus.strip_end_markers("4<eos>6", ["<eos>"]) == "4<eos>6"

@@ -13,14 +13,8 @@ from corl.trainer.collate import pack
 from corl.trainer.losses import response_logps
 from corl.trainer.testing import batch_from_samples
 
-_DECODER = dict(  # llama and qwen2 share the config keys
-    hidden_size=32,
-    num_hidden_layers=1,
-    num_attention_heads=1,
-    num_key_value_heads=1,
-    intermediate_size=64,
-    max_position_embeddings=64,
-)
+_ONE_HEAD_ONE_LAYER = dict(num_hidden_layers=1, num_attention_heads=1, num_key_value_heads=1)
+_DECODER = dict(hidden_size=32, intermediate_size=64, max_position_embeddings=64, **_ONE_HEAD_ONE_LAYER)  # llama, qwen2
 FAMILIES = {
     "gpt2": dict(n_embd=32, n_layer=1, n_head=1, n_positions=64),
     "llama": _DECODER,

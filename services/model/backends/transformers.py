@@ -29,19 +29,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 from corl import weights_store
 from corl.models.sampling import sample
 
-from . import weights
-from .base import (
-    Backend,
-    BackendError,
-    Completion,
-    GenerateOutput,
-    JudgeOutput,
-    PromptOutput,
-    SamplingParams,
-    WeightFormat,
-    WeightLoadError,
-    single_token_id,
-)
+from . import base, weights
+from .base import GenerateOutput, JudgeOutput, SamplingParams, WeightFormat, WeightLoadError
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +46,7 @@ class _Slot:
         self.targets = dict(self.model.state_dict())
 
 
-class TransformersBackend(Backend):
+class TransformersBackend(base.Backend):
     kind = "transformers"
     wants_batching = True
 
@@ -126,7 +115,7 @@ class TransformersBackend(Backend):
     def _lease(self) -> _Slot:
         with self._cond:
             if self._active is None:
-                raise BackendError("model not loaded")
+                raise base.BackendError("model not loaded")
             slot = self._active
             slot.leases += 1
             return slot
@@ -159,10 +148,10 @@ class TransformersBackend(Backend):
         finally:
             self._release(slot)
         outputs = [
-            PromptOutput(
+            base.PromptOutput(
                 r.prompt_token_ids,
                 [
-                    Completion(c.text, c.token_ids, c.logprobs, c.finish_reason)  # type: ignore[arg-type]
+                    base.Completion(c.text, c.token_ids, c.logprobs, c.finish_reason)  # type: ignore[arg-type]
                     for c in (r.completions * params.n if greedy else r.completions)
                 ],
             )
@@ -175,7 +164,7 @@ class TransformersBackend(Backend):
         return await asyncio.get_running_loop().run_in_executor(self._infer, self._judge_sync, list(texts), ids)
 
     def _single_token(self, text: str) -> int:
-        return single_token_id(self.tokenizer, text, self.name)
+        return base.single_token_id(self.tokenizer, text, self.name)
 
     @torch.inference_mode()
     def _judge_sync(self, texts: list[str], ids: list[int]) -> JudgeOutput:

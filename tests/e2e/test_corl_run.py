@@ -43,6 +43,13 @@ def leftovers(*markers: Path) -> list[dict]:
     ]
 
 
+def wait_snapshots(run_dir: Path, n: int, timeout_s: float = 120.0) -> None:
+    history, deadline = run_dir / "metrics.jsonl", time.monotonic() + timeout_s
+    while len(history.read_text().splitlines()) < n:
+        assert time.monotonic() < deadline, f"fewer than {n} snapshots in {timeout_s}s"
+        time.sleep(0.2)
+
+
 def start_run(cohort: Path, run_dir: Path, rounds: int, *extra: str) -> subprocess.Popen[str]:
     proc = subprocess.Popen(
         corl_command(
@@ -122,6 +129,7 @@ def test_corl_run_trains_publishes_and_cleans_up(cohort: Path, tmp_path: Path) -
 def test_ctrl_c_stops_every_process(cohort: Path, tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     proc = start_run(cohort, run_dir, rounds=1000)
+    wait_snapshots(run_dir, 2)  # inside the run's loop, not its start-up
     proc.send_signal(signal.SIGINT)
     out, _ = proc.communicate(timeout=120)
     assert "interrupted" in out
@@ -148,7 +156,7 @@ def test_restart_on_failure_survives_kill9_of_a_server_and_a_trainer(
 ) -> None:
     run_dir = tmp_path / "run"
     t0 = time.monotonic()
-    rounds = 12
+    rounds = 24  # room for the restarted server's start-up (tens of seconds on a loaded machine) and its sync
     proc = start_run(cohort, run_dir, rounds, "--restart", "on-failure:3")
     children = leftovers(run_dir, cohort)
     server = next(p for p in children if "serve" in p["cmdline"] and "llama" in p["cmdline"])

@@ -157,7 +157,8 @@ def _signal(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:
 
 
 def exit_on_sigterm() -> None:
-    """Turn SIGTERM into SystemExit so a supervisor's ``finally`` stops its children.
+    """Turn SIGTERM into SystemExit, and SIGINT into KeyboardInterrupt even where it was inherited as
+    ignored, so a supervisor's ``finally`` stops its children.
 
     Children run in their own sessions (so a terminal Ctrl-C reaches only the supervisor), which
     also means nothing else would stop them if the supervisor were terminated.
@@ -167,6 +168,9 @@ def exit_on_sigterm() -> None:
         raise SystemExit(128 + signum)
 
     signal.signal(signal.SIGTERM, _exit)
+    # A shell without job control starts background commands with SIGINT ignored, and Python keeps
+    # an inherited SIG_IGN: Ctrl-C (or `kill -INT`) must still stop a supervisor started that way.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def corl_command(*args: str) -> list[str]:

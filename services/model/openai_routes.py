@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Depends, Request, Response
 from fastapi.responses import StreamingResponse
 
-from corl.proto import ErrorResponse
 from corl.proto.openai import (
     WEIGHT_VERSION_HEADER,
     ChatCompletion,
@@ -16,6 +15,7 @@ from corl.proto.openai import (
     ModelList,
     TextCompletion,
 )
+from corl.services.http import error_responses
 
 from .openai_serving import OpenAIServing, Served
 from .routes import started
@@ -27,7 +27,7 @@ async def get_openai(request: Request) -> OpenAIServing:
 
 OpenAI = Annotated[OpenAIServing, Depends(get_openai)]
 
-_ERRORS: dict[int | str, dict[str, Any]] = {code: {"model": ErrorResponse} for code in (404, 413, 422, 503)}
+_ERRORS = error_responses(404, 413, 422, 503)
 # One server-sent event: `data:` holds a chunk's JSON (ChatCompletionChunk / TextCompletion), the last `[DONE]`.
 _EVENT = {
     "type": "object",
@@ -63,6 +63,6 @@ async def completions(body: CompletionRequest, openai: OpenAI) -> Response:
     return _answer(await openai.complete(body))
 
 
-@router.get("/v1/models", response_model=ModelList, responses={503: {"model": ErrorResponse}})
+@router.get("/v1/models", response_model=ModelList, responses=error_responses(503))
 async def models(openai: OpenAI) -> ModelList:
     return openai.models()

@@ -97,8 +97,16 @@ def pin_this_process(cpus: set[int]) -> None:
 
 
 def _post_stdlib(conn: http.client.HTTPConnection, path: str, payload: bytes) -> None:
-    conn.request("POST", path, body=payload, headers={"Content-Type": "application/json"})
-    r = conn.getresponse()
+    headers = {"Content-Type": "application/json"}
+    try:
+        conn.request("POST", path, body=payload, headers=headers)
+        r = conn.getresponse()
+    except (BrokenPipeError, ConnectionResetError, http.client.RemoteDisconnected):
+        # uvicorn drops a keep-alive connection idle for 5 s (a real model's direct call takes longer):
+        # reconnect (well under a millisecond on loopback) and send again.
+        conn.close()
+        conn.request("POST", path, body=payload, headers=headers)
+        r = conn.getresponse()
     body = r.read()
     if r.status != 200:
         raise RuntimeError(f"{path}: {r.status} {body[:200]!r}")

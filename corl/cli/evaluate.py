@@ -12,7 +12,21 @@ from .logs import quiet_transformers
 
 
 def eval_cohort(
-    cohort: Annotated[Path, typer.Option(help="Cohort directory (with cohort.json).")],
+    cohort: Annotated[
+        Path | None, typer.Option(help="Cohort directory (with cohort.json): evaluate in this process.")
+    ] = None,
+    config: Annotated[
+        Path | None,
+        typer.Option(
+            "--config",
+            help="Cohort config (YAML): start a model server per member and evaluate through /v1/generate "
+            "on the config's task, data source and sampling settings.",
+        ),
+    ] = None,
+    split: Annotated[
+        str, typer.Option(help="With --config: 'eval' (the held-out split) or 'all' (every gradable problem).")
+    ] = "eval",
+    chunk: Annotated[int, typer.Option(min=1, help="With --config: problems per /v1/generate request.")] = 8,
     n_prompts: Annotated[
         int | None, typer.Option(help="Evaluate on the first N held-out prompts (default: all).")
     ] = None,
@@ -29,7 +43,20 @@ def eval_cohort(
     ] = None,
     max_tokens: Annotated[int | None, typer.Option(help="New tokens per answer; default: the task's.")] = None,
 ) -> None:
-    """Greedy, temperature-1 and majority@k accuracy, distinct answers and answer entropy per member."""
+    """Greedy, temperature-1 and majority@k accuracy, distinct answers and answer entropy per member.
+
+    With --config the numbers come through the model servers (greedy pass@1, and maj@k over
+    --samples samples at the config's temperature), with a progress bar."""
+    if (cohort is None) == (config is None):
+        raise typer.BadParameter("give exactly one of --cohort (in process) or --config (through the servers)")
+    if config is not None:
+        if split not in ("eval", "all"):
+            raise typer.BadParameter(f"{split!r}: expected 'eval' or 'all'", param_hint="--split")
+        from .evaluate_servers import eval_through_servers
+
+        eval_through_servers(config, n_prompts=n_prompts, k=samples, split=split, chunk=chunk, json_out=json_out)
+        return
+    assert cohort is not None
     import torch
     from rich.console import Console
     from rich.table import Table

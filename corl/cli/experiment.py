@@ -19,8 +19,15 @@ def experiment(
     seeds: str = typer.Option("0", "--seeds", help="Comma-separated seeds, e.g. 0,1,2."),
     out: Path = typer.Option(Path("runs/experiment"), "--out", help="Output directory."),
     cohort: Path = typer.Option(Path("cohort/tiny"), "--cohort", help="Starting cohort (built if missing)."),
+    config: Path | None = typer.Option(
+        None,
+        "--config",
+        help="Start every run from this cohort config (its members, task, sampling) instead of --cohort; "
+        "accuracy is then the servers' greedy held-out accuracy at the start and end of each run.",
+    ),
     rounds: int = typer.Option(40, "--rounds", min=1, help="Rounds (training steps) per run."),
     eval_prompts: int = typer.Option(200, "--eval-prompts", min=10),
+    eval_every: int = typer.Option(10, "--eval-every", min=1, help="Held-out reading every N weight versions."),
     settings: list[str] = typer.Option(
         [], "--set", help="Config override for every run, KEY=YAML-VALUE (repeatable): --set reward.threshold=0.5"
     ),
@@ -28,6 +35,7 @@ def experiment(
     """Writes summary.csv, results.md and accuracy/diversity PNGs into OUT."""
     from rich.console import Console
 
+    from corl.config import ConfigError, load_config
     from corl.embedded.processes import exit_on_sigterm
     from corl.experiment.runner import ExperimentOptions, run_experiment
 
@@ -36,7 +44,13 @@ def experiment(
     setup_logging("WARNING")
     exit_on_sigterm()
     console = Console()
-    ensure_cohort(cohort, console)
+    try:
+        base = load_config(config) if config else None
+    except ConfigError as err:
+        console.print(f"[red]{err}[/red]")
+        raise typer.Exit(2) from None
+    if base is None:
+        ensure_cohort(cohort, console)
     overrides = {}
     for item in settings:
         key, sep, value = item.partition("=")
@@ -48,7 +62,9 @@ def experiment(
         seeds=[int(s) for s in seeds.split(",") if s.strip()],
         rounds=rounds,
         eval_prompts=eval_prompts,
+        eval_every=eval_every,
         overrides=overrides,
+        base=base,
     )
     run_experiment(cohort, out.resolve(), opts, console)
     console.print((out / "results.md").read_text())

@@ -58,6 +58,7 @@ class Child:
     args: list[str]
     log_path: Path
     health_url: str | None = None
+    env: dict[str, str] = field(default_factory=dict)  # on top of the group's
     proc: subprocess.Popen[bytes] | None = None
     restarts: int = 0
     restart_at: float | None = None  # monotonic time of a scheduled restart
@@ -76,15 +77,17 @@ class ProcessGroup:
     children: list[Child] = field(default_factory=list)
     restart: RestartPolicy = field(default_factory=RestartPolicy)
 
-    def start(self, name: str, args: Sequence[str], health_url: str | None = None) -> Child:
+    def start(
+        self, name: str, args: Sequence[str], health_url: str | None = None, env: dict[str, str] | None = None
+    ) -> Child:
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        child = Child(name, list(args), self.log_dir / f"{name}.log", health_url)
+        child = Child(name, list(args), self.log_dir / f"{name}.log", health_url, dict(env or {}))
         self._spawn(child)
         self.children.append(child)
         return child
 
     def _spawn(self, child: Child) -> None:
-        env = {**os.environ, **self.env}
+        env = {**os.environ, **self.env, **child.env}
         with child.log_path.open("ab") as out:
             # A new session per child, so a Ctrl-C in the terminal reaches only the supervisor,
             # which then stops the children in order.

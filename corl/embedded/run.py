@@ -10,6 +10,7 @@ import os
 import secrets
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,11 +22,12 @@ from rich.live import Live
 from corl import redis_keys
 from corl.config import CohortConfig, dump_config
 from corl.data import load_splits
-from corl.proto import GenerateRequest, GenerateResponse, InfoResponse, RunStats
+from corl.proto import InfoResponse, RunStats
 from corl.redis_server import LocalRedis, free_port
 from corl.streams import group_backlog
-from corl.tasks import Example, get_task, is_correct_many
+from corl.tasks import Example, get_task
 
+from .evaluate import evaluate_server
 from .processes import ChildDied, ProcessGroup, RestartPolicy, corl_command
 from .progress import MemberSnapshot, MetricsHistory, RunSnapshot, render, summary_line
 
@@ -59,10 +61,14 @@ class RunResult:
     history: Path
 
 
-def start_services(cfg: CohortConfig, run_dir: Path, group: ProcessGroup, aggregator_port: int) -> str:
-    """Start every server, then the aggregator and trainers; return the aggregator URL."""
-    config_path = run_dir / "cohort.yaml"
-    dump_config(cfg, config_path)
+def start_model_servers(cfg: CohortConfig, group: ProcessGroup) -> None:
+    """Start every member's servers (on the ports of their loopback URLs) and wait until they are ready.
+    Their request time limit and token bound follow the config's rounds (long real-model generations)."""
+    sampling = cfg.sampling()
+    env = {
+        "CORL_REQUEST_TIMEOUT_S": str(cfg.rounds.request_timeout_s),
+        "CORL_MAX_TOKENS": str(max(256, sampling.max_tokens)),
+    }
     for m in cfg.members:
         for i, url in enumerate(m.servers):
             port = url.rsplit(":", 1)[1]
@@ -81,8 +87,24 @@ def start_services(cfg: CohortConfig, run_dir: Path, group: ProcessGroup, aggreg
                     cfg.weights_dir,
                 ),  # fmt: skip
                 health_url=f"{url}/readyz",
+                env=env,
             )
     group.wait_healthy()
+
+
+def start_services(
+    cfg: CohortConfig,
+    run_dir: Path,
+    group: ProcessGroup,
+    aggregator_port: int,
+    before_rounds: Callable[[], None] = lambda: None,
+) -> str:
+    """Start every server, call ``before_rounds`` (the start reading: nothing has trained yet), then
+    the aggregator and trainers; return the aggregator URL."""
+    config_path = run_dir / "cohort.yaml"
+    dump_config(cfg, config_path)
+    start_model_servers(cfg, group)
+    before_rounds()
     agg_url = f"http://127.0.0.1:{aggregator_port}"
     group.start(
         "aggregator",
@@ -110,7 +132,7 @@ class RunMonitor:
         self.cfg, self.agg_url, self.opts = cfg, agg_url, opts
         self.task = get_task(cfg.task.name)
         self.eval_set: list[Example] = load_splits(cfg.task, cfg.rounds.prompt_source.seed).eval[: opts.eval_prompts]
-        self.http = httpx.Client(timeout=httpx.Timeout(60.0, connect=5.0))
+        self.http = httpx.Client(timeout=httpx.Timeout(max(60.0, cfg.rounds.request_timeout_s), connect=5.0))
         self.redis = redis.Redis.from_url(cfg.redis_url, socket_timeout=5.0)
         self.last: dict[str, MemberSnapshot] = {m.name: MemberSnapshot() for m in cfg.members}
         self.t0 = time.monotonic()
@@ -124,14 +146,10 @@ class RunMonitor:
         aggregator never draws RL prompts from)."""
         if not self.eval_set:
             raise httpx.HTTPError("the task has no held-out problems (task.eval_size: 0)")
-        sp = self.cfg.sampling().model_copy(update={"temperature": 0.0})
-        req = GenerateRequest.of([e.prompt for e in self.eval_set], sp, n=1, format=self.task.prompt_format)
-        resp = self.http.post(f"{server}/v1/generate", json=req.model_dump())
-        resp.raise_for_status()
-        out = GenerateResponse.model_validate(resp.json())
-        # Batched: the code task runs every program (sandboxed, concurrently) against its hidden tests.
-        hits = sum(is_correct_many(self.task, self.eval_set, [r.samples[0].text for r in out.results]))
-        return hits / len(self.eval_set), out.weight_version
+        # Requests of 8 problems interleave with the rounds' own; the code task runs each request's
+        # programs (sandboxed) concurrently against their hidden tests.
+        r = evaluate_server(self.http, server, self.task, self.eval_set, self.cfg.sampling())
+        return r.pass_at_1, r.weight_version
 
     def backlog(self, member: str) -> int | None:
         counts = group_backlog(self.redis, redis_keys.batches_stream(self.cfg.run_id, member), redis_keys.TRAINER_GROUP)
@@ -210,10 +228,16 @@ def run_embedded(cfg: CohortConfig, run_dir: Path, opts: RunOptions, console: Co
         port = free_port()
         # Printed before the (slow) start, so a person can open the dashboard while it comes up.
         console.print(service_urls(f"http://127.0.0.1:{port}"), highlight=False, soft_wrap=True)
-        with console.status("starting servers, aggregator and trainers..."):
-            agg_url = start_services(cfg, run_dir, group, port)
+        monitor = reader = RunMonitor(cfg, f"http://127.0.0.1:{port}", opts)
+        with console.status("starting servers, aggregator and trainers...") as status:
+
+            def start_reading() -> None:  # held-out accuracy of the untrained cohort, before any round
+                status.update("held-out accuracy of the starting weights...")
+                history.append(reader.snapshot(force_eval=True))
+                status.update("starting the aggregator and trainers...")
+
+            start_services(cfg, run_dir, group, port, before_rounds=start_reading)
         console.print(f"all services healthy; logs in {group.log_dir}")
-        monitor = RunMonitor(cfg, agg_url, opts)
         deadline: float | None = None
         live_view = console.is_terminal  # in logs the live table never draws: a line per round instead
         printed = 0

@@ -31,9 +31,9 @@ class MemberResult:
 
     def row(self) -> dict[str, object]:
         out: dict[str, object] = {"mode": self.mode, "seed": self.seed, "member": self.member, "steps": self.steps}
-        for k in METRICS:
-            out[f"before_{k}"] = round(self.before[k], 4)
-            out[f"after_{k}"] = round(self.after[k], 4)
+        for k in METRICS:  # a metric a run did not measure (served readings: greedy and distinct only) is blank
+            out[f"before_{k}"] = round(self.before[k], 4) if k in self.before else ""
+            out[f"after_{k}"] = round(self.after[k], 4) if k in self.after else ""
         return out
 
 
@@ -41,7 +41,9 @@ def cohort_means(results: Sequence[MemberResult], metric: str, when: str = "afte
     """mode -> cohort-mean value of ``metric`` for each seed (sorted by seed)."""
     by: dict[tuple[str, int], list[float]] = defaultdict(list)
     for r in results:
-        by[(r.mode, r.seed)].append((r.after if when == "after" else r.before)[metric])
+        values = r.after if when == "after" else r.before
+        if metric in values:
+            by[(r.mode, r.seed)].append(values[metric])
     out: dict[str, list[float]] = defaultdict(list)
     for (mode, _seed), vals in sorted(by.items(), key=lambda kv: kv[0][1]):
         out[mode].append(statistics.fmean(vals))
@@ -65,7 +67,9 @@ def _fmt(vals: Sequence[float], spec: str = ".3f") -> str:
     return f"{mean:{spec}}" if se is None else f"{mean:{spec}} ± {se:{spec}}"
 
 
-def markdown_table(results: Sequence[MemberResult], modes: Sequence[str]) -> str:
+def markdown_table(
+    results: Sequence[MemberResult], modes: Sequence[str], distinct_header: str = "distinct answers / 8"
+) -> str:
     """Cohort means over seeds (± standard error across seeds); the share of the ground-truth gain
     is computed per seed against that seed's ground-truth run, then averaged."""
     before = cohort_means(results, "greedy_acc", "before")
@@ -77,7 +81,7 @@ def markdown_table(results: Sequence[MemberResult], modes: Sequence[str]) -> str
     seeds = len(next(iter(greedy.values()), []))
     lines = [
         f"| reward ({seeds} seed{'s' if seeds != 1 else ''}) | cohort mean greedy after | maj@8 after | "
-        "distinct answers / 8 | share of ground-truth gain |",
+        f"{distinct_header} | share of ground-truth gain |",
         "|---|---|---|---|---|",
     ]
     bd = [v for vals in before_distinct.values() for v in vals]
@@ -92,7 +96,8 @@ def markdown_table(results: Sequence[MemberResult], modes: Sequence[str]) -> str
             per_seed = [gain_recovered(b, g, m) for b, g, m in zip(starts, gt, greedy[mode], strict=False)]
             valid = [g for g in per_seed if g is not None]
             share = _fmt([100 * g for g in valid], ".0f") + "%" if valid else "n/a (no ground-truth gain)"
-        lines.append(f"| {mode} | {_fmt(greedy[mode])} | {_fmt(maj[mode])} | {_fmt(distinct[mode], '.2f')} | {share} |")
+        cells = [_fmt(greedy[mode]), _fmt(maj[mode]) if mode in maj else "-", _fmt(distinct[mode], ".2f")]
+        lines.append(f"| {mode} | {' | '.join(cells)} | {share} |")
     return "\n".join(lines) + "\n"
 
 

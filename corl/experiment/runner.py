@@ -12,6 +12,7 @@ from pathlib import Path
 from rich.console import Console
 
 from corl.cohort.evaluate import evaluate_member
+from corl.config import CohortConfig
 from corl.embedded.config import cohort_members, embedded_config
 from corl.embedded.run import RunOptions, run_embedded, start_redis
 from corl.tasks import get_task
@@ -29,6 +30,28 @@ class ExperimentOptions:
     eval_prompts: int = 200
     eval_every: int = 10
     overrides: dict = dataclasses.field(default_factory=dict)  # dotted config keys set in every run
+    # A user's config (its members, task and sampling): every run starts from it, and accuracy is read
+    # through the servers (greedy, held-out split) at the start and at the end of each run.
+    base: CohortConfig | None = None
+
+
+def served_readings(history: Sequence[dict], member: str, window: int = 5) -> tuple[dict, dict]:
+    """(before, after) of one member from a run's snapshots: the held-out greedy accuracy its server
+    gave at weight version 0 and at the end, and the mean distinct answers per prompt over the first
+    and the last ``window`` snapshots that had them."""
+    rows = [r["members"][member] for r in history if member in r["members"]]
+    acc = [(m["accuracy_version"], m["accuracy"]) for m in rows if m.get("accuracy") is not None]
+    distinct = [m["distinct_answers"] for m in rows if m.get("distinct_answers") is not None]
+    if not acc or acc[0][0] != 0:
+        raise ValueError(f"{member}: no held-out reading at weight version 0 in the run's history")
+
+    def mean(vals: Sequence[float]) -> float:
+        return sum(vals) / len(vals) if vals else float("nan")
+
+    return (
+        {"greedy_acc": acc[0][1], "distinct": mean(distinct[:window])},
+        {"greedy_acc": acc[-1][1], "distinct": mean(distinct[-window:])},
+    )
 
 
 def _evaluate(model_dir: Path, seed: int, n_prompts: int) -> dict[str, float]:
@@ -39,15 +62,19 @@ def run_experiment(cohort_dir: Path, out: Path, opts: ExperimentOptions, console
     """``none`` is the starting cohort itself (no training: after == before); every other mode is a
     full embedded run with only ``reward.mode`` and the seeds changed."""
     out.mkdir(parents=True, exist_ok=True)
-    members = cohort_members(cohort_dir)
+    members = [m.name for m in opts.base.members] if opts.base else cohort_members(cohort_dir)
     results: list[MemberResult] = []
     histories: dict[str, list[dict]] = {}
     t0 = time.monotonic()
     for seed in opts.seeds:
-        with console.status(f"seed {seed}: evaluating the starting cohort"):
-            before = {m: _evaluate(cohort_dir / m, seed, opts.eval_prompts) for m in members}
+        before: dict[str, dict[str, float]] = {}
+        if opts.base is None:
+            with console.status(f"seed {seed}: evaluating the starting cohort"):
+                before = {m: _evaluate(cohort_dir / m, seed, opts.eval_prompts) for m in members}
         for mode in opts.modes:
             if mode == "none":
+                if opts.base is not None:
+                    continue  # the runs' own start readings are the untrained cohort
                 results += [MemberResult(mode, seed, m, before[m], before[m], 0) for m in members]
                 continue
             run_dir = out / "runs" / f"{mode}-seed{seed}"
@@ -65,6 +92,7 @@ def run_experiment(cohort_dir: Path, out: Path, opts: ExperimentOptions, console
                     cohort_dir,
                     run_dir,
                     redis_server.url,
+                    base=opts.base,
                     overrides={
                         **opts.overrides,
                         "run_id": f"{mode.replace('_', '-')}-s{seed}",
@@ -73,20 +101,26 @@ def run_experiment(cohort_dir: Path, out: Path, opts: ExperimentOptions, console
                         "rounds.max_rounds": opts.rounds,
                     },
                 )
-                run = run_embedded(cfg, run_dir, RunOptions(rounds=opts.rounds, eval_every=opts.eval_every), console)
+                run_opts = RunOptions(rounds=opts.rounds, eval_every=opts.eval_every, eval_prompts=opts.eval_prompts)
+                run = run_embedded(cfg, run_dir, run_opts, console)
             finally:
                 redis_server.close()
             if seed == opts.seeds[0]:
                 histories[mode] = load_history(run.history)
             finished = []
-            for m in members:
+            if opts.base is not None:
+                history = load_history(run.history)
+                for m in members:
+                    start, end = served_readings(history, m)
+                    finished.append(MemberResult(mode, seed, m, start, end, run.final[m].weight_version or 0))
+            for m in members if opts.base is None else ():
                 final = run_dir / "final" / m
                 after = _evaluate(final if final.exists() else cohort_dir / m, seed, opts.eval_prompts)
                 finished.append(MemberResult(mode, seed, m, before[m], after, run.final[m].weight_version or 0))
             done.write_text(json.dumps([dataclasses.asdict(r) for r in finished]))
             results += finished
-            _write(results, histories, out, opts.modes)
-    _write(results, histories, out, opts.modes)
+            _write(results, histories, out, opts)
+    _write(results, histories, out, opts)
     (out / "experiment.json").write_text(
         json.dumps(
             {
@@ -94,6 +128,7 @@ def run_experiment(cohort_dir: Path, out: Path, opts: ExperimentOptions, console
                 "seeds": list(opts.seeds),
                 "rounds": opts.rounds,
                 "overrides": opts.overrides,
+                "config": opts.base.run_id if opts.base else None,
                 "seconds": round(time.monotonic() - t0, 1),
             },
             indent=2,
@@ -102,11 +137,12 @@ def run_experiment(cohort_dir: Path, out: Path, opts: ExperimentOptions, console
     return results
 
 
-def _write(results: list[MemberResult], histories: dict[str, list[dict]], out: Path, modes: Sequence[str]) -> None:
+def _write(results: list[MemberResult], histories: dict[str, list[dict]], out: Path, opts: ExperimentOptions) -> None:
     if not results:
         return
     write_summary_csv(results, out / "summary.csv")
     collapse = f"\nSustained falls (seed {results[0].seed}):\n\n{collapse_table(histories)}" if histories else ""
-    (out / "results.md").write_text(markdown_table(results, modes) + collapse)
+    header = "distinct answers / G (first/last 5 rounds)" if opts.base else "distinct answers / 8"
+    (out / "results.md").write_text(markdown_table(results, opts.modes, header) + collapse)
     if histories:
         plot_curves(histories, out)

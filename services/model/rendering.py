@@ -30,6 +30,13 @@ class PromptRenderer:
         ids = tokenizer("a")["input_ids"] if bos_id is not None else []
         self._bos = tokenizer.bos_token if ids and ids[0] == bos_id else ""
 
+    def describe(self) -> str:
+        """How this member presents chat-format task prompts (logged when a server starts)."""
+        bos = f" after the BOS token {self._bos!r}" if self._bos else ""
+        if self.has_chat_template:
+            return f"chat-format prompts use the tokenizer's chat template; plain ones the task template{bos}"
+        return f"no chat template: every prompt uses the task's plain template{bos}"
+
     def render(self, prompt: str, fmt: PromptFormat = _RAW) -> str:
         if fmt.chat and self.has_chat_template:
             messages = [{"role": "system", "content": fmt.system}] if fmt.system else []

@@ -62,6 +62,7 @@ class ModelServing:
         try:
             await self.backend.start()
             self._renderer = PromptRenderer(self.backend.tokenizer)
+            log.info("%s: %s", self.settings.member_name, self._renderer.describe())
             # Decoding for the OpenAI routes runs in worker threads beside the inference thread, and a
             # Rust tokenizer busy encoding cannot be borrowed at the same time: they get their own copy.
             self.detokenizer = copy.deepcopy(self.backend.tokenizer)

@@ -80,3 +80,15 @@ def test_no_restart(tmp_path: Path, policy: RestartPolicy, code: int) -> None:
     with pytest.raises(ChildDied, match="once exited with code"):
         supervise(group, 30)
     assert group.restarts == {}
+
+
+def test_a_childs_own_environment_adds_to_the_groups_and_survives_a_restart(tmp_path: Path) -> None:
+    """``corl run`` gives model servers their request time limit this way (CORL_REQUEST_TIMEOUT_S)."""
+    policy = RestartPolicy.parse("on-failure:1")
+    group = ProcessGroup(tmp_path / "logs", env={"A": "group", "B": "group"}, restart=policy)
+    script = "import os, sys; print(os.environ['A'], os.environ['B'], flush=True); sys.exit(3)"
+    child = group.start("c", [sys.executable, "-c", script], env={"B": "child"})
+    with pytest.raises(ChildDied):
+        supervise(group, 10.0)  # exits 3, is restarted once, exits 3 again
+    assert child.log_path.read_text().split() == ["group", "child", "group", "child"]
+    group.stop()

@@ -35,6 +35,13 @@ def test_member_with_chat_template_uses_it_and_maps_developer_to_system() -> Non
     assert text == "<|system|>Answer with digits.<|user|>12+34=<|assistant|>46<|user|>1+1=<|assistant|>"
 
 
+def test_the_startup_line_says_which_rendering_a_member_uses() -> None:
+    tok = build_char_tokenizer()
+    assert PromptRenderer(tok).describe().startswith("no chat template: every prompt uses the task's plain template")
+    tok.chat_template = TEMPLATE
+    assert "use the tokenizer's chat template" in PromptRenderer(tok).describe()
+
+
 def test_a_template_that_refuses_the_messages_is_a_value_error() -> None:
     tok = build_char_tokenizer()
     tok.chat_template = "{{ raise_exception('roles must alternate') }}"

@@ -1,0 +1,99 @@
+"""``corl eval --config``: per member, greedy pass@1 and maj@k through freshly started model servers."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+
+import httpx
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.table import Table
+
+from .logs import setup_logging
+
+
+def eval_through_servers(
+    config: Path, *, n_prompts: int | None, k: int, split: str, chunk: int, json_out: Path | None
+) -> None:
+    from corl.config import ConfigError, load_config
+    from corl.data import load_splits
+    from corl.embedded.config import embedded_config
+    from corl.embedded.evaluate import evaluate_server
+    from corl.embedded.processes import ChildDied, ProcessGroup, exit_on_sigterm
+    from corl.embedded.run import start_model_servers
+    from corl.tasks import get_task
+
+    setup_logging("WARNING")
+    exit_on_sigterm()
+    console = Console()
+    try:
+        base = load_config(config)
+    except ConfigError as err:
+        console.print(f"[red]{err}[/red]")
+        raise typer.Exit(2) from None
+    task = get_task(base.task.name)
+    splits = load_splits(base.task, base.rounds.prompt_source.seed)
+    pool = splits.eval if split == "eval" else [*splits.eval, *splits.rl]
+    examples = [e for e in pool if e.answer is not None or e.meta][:n_prompts]
+    source = base.task.source or f"{task.name} generator"
+    if not examples:
+        raise typer.BadParameter(f"the {split!r} split of {source} has no gradable problems")
+    measured = f"greedy pass@1 and maj@{k}" if k > 1 else "greedy pass@1"
+    console.print(f"{task.name} on {source}: {len(examples)} problems ({split}), {measured}")
+    results: dict[str, dict] = {}
+    with tempfile.TemporaryDirectory(prefix="corl-eval-") as tmp:
+        run_dir = Path(tmp)
+        # Servers only: no Redis is contacted, the URL just fills the config.
+        cfg = embedded_config(run_dir, run_dir, "redis://127.0.0.1:1/0", base=base)
+        group = ProcessGroup(run_dir / "logs", env={"CORL_LOG_LEVEL": "WARNING"})
+        try:
+            with console.status(f"starting {len(cfg.members)} model servers..."):
+                start_model_servers(cfg, group)
+            per_member = len(examples) * (2 if k > 1 else 1)
+            columns = (
+                TextColumn("{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                TimeRemainingColumn(),
+            )
+            timeout = httpx.Timeout(max(600.0, base.rounds.request_timeout_s), connect=5.0)
+            with Progress(*columns, console=console) as progress, httpx.Client(timeout=timeout) as http:
+                for m in cfg.members:
+                    bar = progress.add_task(m.name, total=per_member)
+                    r = evaluate_server(
+                        http,
+                        m.servers[0],
+                        task,
+                        examples,
+                        cfg.sampling(),
+                        k=k,
+                        chunk=chunk,
+                        advance=lambda n, bar=bar: progress.advance(bar, n),
+                    )
+                    results[m.name] = r.row()
+        except ChildDied as err:
+            console.print(f"[red]{err.name} died (exit code {err.returncode}):[/red]")
+            console.print(err.log_tail, markup=False, highlight=False)
+            raise typer.Exit(1) from None
+        finally:
+            group.stop()
+    table = Table(title=f"{task.name} on {source} ({len(examples)} problems, {split} split)")
+    cols = ["member", "pass@1 (greedy)"]
+    if k > 1:
+        cols += [f"sample acc (T={cfg.rounds.temperature:g})", f"maj@{k}", f"distinct / {k}"]
+    for col in cols:
+        table.add_column(col, justify="left" if col == "member" else "right")
+    for name, r in results.items():
+        cells = [f"{r['pass@1']:.1%}"]
+        if k > 1:
+            cells += [f"{r['sample_acc']:.1%}", f"{r[f'maj@{k}']:.1%}", f"{r['distinct']:.2f}"]
+        table.add_row(name, *cells)
+    console.print(table)
+    if json_out:
+        doc = {"config": str(config), "source": source, "split": split, "k": k, "members": results}
+        json_out.write_text(json.dumps(doc, indent=2) + "\n")
+        console.print(f"results: {json_out}")

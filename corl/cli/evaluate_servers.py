@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -18,7 +19,7 @@ from .logs import setup_logging
 def eval_through_servers(
     config: Path, *, n_prompts: int | None, k: int, split: str, chunk: int, json_out: Path | None
 ) -> None:
-    from corl.config import ConfigError, load_config
+    from corl.config import ConfigError, MemberConfig, load_config
     from corl.data import load_splits
     from corl.embedded.config import embedded_config
     from corl.embedded.evaluate import evaluate_server
@@ -36,8 +37,8 @@ def eval_through_servers(
         raise typer.Exit(2) from None
     task = get_task(base.task.name)
     splits = load_splits(base.task, base.rounds.prompt_source.seed)
-    pool = splits.eval if split == "eval" else [*splits.eval, *splits.rl]
-    examples = [e for e in pool if e.answer is not None or e.meta][:n_prompts]
+    problems = splits.eval if split == "eval" else [*splits.eval, *splits.rl]
+    examples = [e for e in problems if e.answer is not None or e.meta][:n_prompts]
     source = base.task.source or f"{task.name} generator"
     if not examples:
         raise typer.BadParameter(f"the {split!r} split of {source} has no gradable problems")
@@ -62,19 +63,20 @@ def eval_through_servers(
             )
             timeout = httpx.Timeout(max(600.0, base.rounds.request_timeout_s), connect=5.0)
             with Progress(*columns, console=console) as progress, httpx.Client(timeout=timeout) as http:
-                for m in cfg.members:
-                    bar = progress.add_task(m.name, total=per_member)
+                bars = {m.name: progress.add_task(m.name, total=per_member) for m in cfg.members}
+
+                def run(m: MemberConfig) -> dict:
+                    def advance(n: int) -> None:
+                        progress.advance(bars[m.name], n)
+
                     r = evaluate_server(
-                        http,
-                        m.servers[0],
-                        task,
-                        examples,
-                        cfg.sampling(),
-                        k=k,
-                        chunk=chunk,
-                        advance=lambda n, bar=bar: progress.advance(bar, n),
+                        http, m.servers[0], task, examples, cfg.sampling(), k=k, chunk=chunk, advance=advance
                     )
-                    results[m.name] = r.row()
+                    return r.row()
+
+                # Every member at once: each server has its own process (and its share of the cores).
+                with ThreadPoolExecutor(len(cfg.members)) as pool:
+                    results = dict(zip([m.name for m in cfg.members], pool.map(run, cfg.members), strict=True))
         except ChildDied as err:
             console.print(f"[red]{err.name} died (exit code {err.returncode}):[/red]")
             console.print(err.log_tail, markup=False, highlight=False)

@@ -66,6 +66,10 @@ def experiment(
         overrides=overrides,
         base=base,
     )
-    run_experiment(cohort, out.resolve(), opts, console)
+    try:
+        run_experiment(cohort, out.resolve(), opts, console)
+    except KeyboardInterrupt:
+        console.print(f"[yellow]experiment interrupted: finished runs are kept in {out}/runs and resume[/yellow]")
+        raise typer.Exit(130) from None
     console.print((out / "results.md").read_text())
     console.print(f"written: {out}/summary.csv, results.md, accuracy.png, diversity.png")

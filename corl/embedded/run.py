@@ -59,6 +59,18 @@ class RunResult:
     rounds: int
     final: dict[str, MemberSnapshot]
     history: Path
+    interrupted: bool = False  # stopped by Ctrl-C / SIGTERM before its rounds were done
+
+
+def thread_env(cfg: CohortConfig, variable: str) -> dict[str, str]:
+    """torch threads for one compute process: the cores this process may use, shared among every
+    server and trainer of the run (at least 1). Each would otherwise start one thread per core, and
+    on a small machine real models then spend their time in contended thread pools (a 2-core round
+    of the smol cohort took minutes instead of seconds). Variables already set by the user win."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    processes = sum(len(m.servers) for m in cfg.members) + sum(m.role == "trained" for m in cfg.members)
+    n = str(max(1, cores // max(1, processes)))
+    return {k: os.environ.get(k, n) for k in (variable, "OMP_NUM_THREADS")}
 
 
 def start_model_servers(cfg: CohortConfig, group: ProcessGroup) -> None:
@@ -68,6 +80,7 @@ def start_model_servers(cfg: CohortConfig, group: ProcessGroup) -> None:
     env = {
         "CORL_REQUEST_TIMEOUT_S": str(cfg.rounds.request_timeout_s),
         "CORL_MAX_TOKENS": str(max(256, sampling.max_tokens)),
+        **thread_env(cfg, "CORL_NUM_THREADS"),
     }
     for m in cfg.members:
         for i, url in enumerate(m.servers):
@@ -120,6 +133,7 @@ def start_services(
                     "train", "--config", str(config_path), "--member", m.name, "--metrics-port", str(metrics_port)
                 ),
                 health_url=f"http://127.0.0.1:{metrics_port}/metrics",  # served once the trainer is ready
+                env=thread_env(cfg, "CORL_TRAINER_THREADS"),
             )
     group.wait_healthy()
     return agg_url
@@ -224,6 +238,7 @@ def run_embedded(cfg: CohortConfig, run_dir: Path, opts: RunOptions, console: Co
     history = MetricsHistory(run_dir / "metrics.jsonl")
     monitor: RunMonitor | None = None
     snap = RunSnapshot(elapsed_s=0.0, rounds=0)
+    interrupted = False
     try:
         port = free_port()
         # Printed before the (slow) start, so a person can open the dashboard while it comes up.
@@ -268,12 +283,13 @@ def run_embedded(cfg: CohortConfig, run_dir: Path, opts: RunOptions, console: Co
         raise
     except KeyboardInterrupt:
         console.print("[yellow]interrupted: stopping every process[/yellow]")
+        interrupted = True
     finally:
         if monitor:
             monitor.close()
         group.stop()
     _collect_final_weights(cfg, run_dir)
-    return RunResult(run_dir, snap.rounds, snap.members, history.path)
+    return RunResult(run_dir, snap.rounds, snap.members, history.path, interrupted)
 
 
 def _collect_final_weights(cfg: CohortConfig, run_dir: Path) -> None:

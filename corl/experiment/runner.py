@@ -105,6 +105,8 @@ def run_experiment(cohort_dir: Path, out: Path, opts: ExperimentOptions, console
                 run = run_embedded(cfg, run_dir, run_opts, console)
             finally:
                 redis_server.close()
+            if run.interrupted:  # not a finished run: record nothing for it and stop the experiment
+                raise KeyboardInterrupt
             if seed == opts.seeds[0]:
                 histories[mode] = load_history(run.history)
             finished = []

@@ -107,18 +107,18 @@ def run_experiment(cohort_dir: Path, out: Path, opts: ExperimentOptions, console
                 redis_server.close()
             if run.interrupted:  # not a finished run: record nothing for it and stop the experiment
                 raise KeyboardInterrupt
+            history = load_history(run.history)
             if seed == opts.seeds[0]:
-                histories[mode] = load_history(run.history)
+                histories[mode] = history
             finished = []
-            if opts.base is not None:
-                history = load_history(run.history)
-                for m in members:
+            for m in members:
+                if opts.base is not None:  # the servers' own readings, first and last
                     start, end = served_readings(history, m)
-                    finished.append(MemberResult(mode, seed, m, start, end, run.final[m].weight_version or 0))
-            for m in members if opts.base is None else ():
-                final = run_dir / "final" / m
-                after = _evaluate(final if final.exists() else cohort_dir / m, seed, opts.eval_prompts)
-                finished.append(MemberResult(mode, seed, m, before[m], after, run.final[m].weight_version or 0))
+                else:
+                    final = run_dir / "final" / m
+                    weights = final if final.exists() else cohort_dir / m
+                    start, end = before[m], _evaluate(weights, seed, opts.eval_prompts)
+                finished.append(MemberResult(mode, seed, m, start, end, run.final[m].weight_version or 0))
             done.write_text(json.dumps([dataclasses.asdict(r) for r in finished]))
             results += finished
             _write(results, histories, out, opts)

@@ -86,9 +86,12 @@ def sample(
         gen_kwargs.update(temperature=temperature, top_p=top_p, top_k=0)
     out = model.generate(input_ids=input_ids, attention_mask=attention_mask, **gen_kwargs)  # type: ignore[operator]
     new_tokens = out.sequences[:, input_ids.shape[1] :]
-    # scores: one (batch*n, vocab) tensor per step, already temperature/top-p processed.
-    scores = torch.stack(out.scores, dim=1).float().log_softmax(dim=-1)
-    token_logprobs = scores.gather(-1, new_tokens.unsqueeze(-1)).squeeze(-1)
+    # scores: one (batch*n, vocab) tensor per step, already temperature/top-p processed. Read step by
+    # step: stacking them first would add a (rows, steps, vocab) copy, gigabytes for Gemma's 262k vocabulary.
+    token_logprobs = torch.stack(
+        [s.float().log_softmax(-1).gather(-1, new_tokens[:, t : t + 1]).squeeze(-1) for t, s in enumerate(out.scores)],
+        dim=1,
+    )
 
     results: list[PromptCompletions] = []
     for p in range(len(prompts)):

@@ -61,9 +61,9 @@ def test_real_cohort_runs_two_rounds_through_the_services(example: str, smol_coh
             assert re.search(rf"step {step} batch \S+-r\d+-{m}: ", trainer_log), f"{m}: no step {step}"
         # A batch whose groups all tie carries no signal and publishes nothing; every update that was
         # published is served: the server swapped to each version and reports the newest.
-        published = sorted(int(p.name[1:]) for p in (run_dir / "weights" / m).glob("v*"))
+        published = sorted((run_dir / "weights" / m).glob("v*"), key=lambda p: int(p.name[1:]))
         server_log = (logs / f"server-{m}-0.log").read_text()
         assert server_log.count('"POST /v1/weights HTTP/1.1" 200') == len(published), m
-        assert final["members"][m]["weight_version"] == (published[-1] if published else 0)
-        assert all((run_dir / "weights" / m / f"v{v}" / "adapter_model.safetensors").exists() for v in published)
+        assert final["members"][m]["weight_version"] == (int(published[-1].name[1:]) if published else 0)
+        assert all((p / "adapter_model.safetensors").exists() for p in published)  # LoRA: the adapter is swapped
         assert final["members"][m]["accuracy"] is not None  # held-out pass@1 read through the server

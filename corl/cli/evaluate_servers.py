@@ -19,7 +19,7 @@ from .logs import setup_logging
 def eval_through_servers(
     config: Path, *, n_prompts: int | None, k: int, split: str, chunk: int, json_out: Path | None
 ) -> None:
-    from corl.config import ConfigError, MemberConfig, load_config
+    from corl.config import MemberConfig
     from corl.data import load_splits
     from corl.embedded.config import embedded_config
     from corl.embedded.evaluate import evaluate_server
@@ -27,14 +27,12 @@ def eval_through_servers(
     from corl.embedded.run import start_model_servers
     from corl.tasks import get_task
 
+    from .config_file import read_config
+
     setup_logging("WARNING")
     exit_on_sigterm()
     console = Console()
-    try:
-        base = load_config(config)
-    except ConfigError as err:
-        console.print(f"[red]{err}[/red]")
-        raise typer.Exit(2) from None
+    base = read_config(config, console)
     task = get_task(base.task.name)
     splits = load_splits(base.task, base.rounds.prompt_source.seed)
     problems = splits.eval if split == "eval" else [*splits.eval, *splits.rl]

@@ -35,20 +35,16 @@ def experiment(
     """Writes summary.csv, results.md and accuracy/diversity PNGs into OUT."""
     from rich.console import Console
 
-    from corl.config import ConfigError, load_config
     from corl.embedded.processes import exit_on_sigterm
     from corl.experiment.runner import ExperimentOptions, run_experiment
 
     from .cohort import ensure_cohort
+    from .config_file import read_config
 
     setup_logging("WARNING")
     exit_on_sigterm()
     console = Console()
-    try:
-        base = load_config(config) if config else None
-    except ConfigError as err:
-        console.print(f"[red]{err}[/red]")
-        raise typer.Exit(2) from None
+    base = read_config(config, console) if config else None
     if base is None:
         ensure_cohort(cohort, console)
     overrides = {}

@@ -27,12 +27,12 @@ def run(
     """Start a real Redis, a model server per member, the aggregator and a trainer per trained member."""
     from rich.console import Console
 
-    from corl.config import ConfigError, load_config
     from corl.embedded.config import embedded_config
     from corl.embedded.processes import ChildDied, RestartPolicy, exit_on_sigterm
     from corl.embedded.run import RunOptions, run_embedded, start_redis
 
     from .cohort import ensure_cohort
+    from .config_file import read_config
 
     try:
         policy = RestartPolicy.parse(restart)
@@ -43,11 +43,7 @@ def run(
     console = Console()
     run_dir = (out or Path("runs") / time.strftime("run-%Y%m%d-%H%M%S")).resolve()
     run_dir.mkdir(parents=True, exist_ok=True)
-    try:
-        base = load_config(config) if config else None
-    except ConfigError as err:
-        console.print(f"[red]{err}[/red]")
-        raise typer.Exit(2) from None
+    base = read_config(config, console) if config else None
     if base is None:
         ensure_cohort(cohort, console)
     overrides: dict = {"rounds.max_rounds": rounds}

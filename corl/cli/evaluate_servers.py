@@ -42,7 +42,6 @@ def eval_through_servers(
         raise typer.BadParameter(f"the {split!r} split of {source} has no gradable problems")
     measured = f"greedy pass@1 and maj@{k}" if k > 1 else "greedy pass@1"
     console.print(f"{task.name} on {source}: {len(examples)} problems ({split}), {measured}")
-    results: dict[str, dict] = {}
     with tempfile.TemporaryDirectory(prefix="corl-eval-") as tmp:
         run_dir = Path(tmp)
         # Servers only: no Redis is contacted, the URL just fills the config.
@@ -50,7 +49,7 @@ def eval_through_servers(
         group = ProcessGroup(run_dir / "logs", env={"CORL_LOG_LEVEL": "WARNING"})
         try:
             with console.status(f"starting {len(cfg.members)} model servers..."):
-                start_model_servers(cfg, group)
+                start_model_servers(cfg, group, trainers=False)  # only the servers compute here
             per_member = len(examples) * (2 if k > 1 else 1)
             columns = (
                 TextColumn("{task.description}"),

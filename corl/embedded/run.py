@@ -62,25 +62,27 @@ class RunResult:
     interrupted: bool = False  # stopped by Ctrl-C / SIGTERM before its rounds were done
 
 
-def thread_env(cfg: CohortConfig, variable: str) -> dict[str, str]:
+def thread_env(cfg: CohortConfig, variable: str, trainers: bool = True) -> dict[str, str]:
     """torch threads for one compute process: the cores this process may use, shared among every
-    server and trainer of the run (at least 1). Each would otherwise start one thread per core, and
-    on a small machine real models then spend their time in contended thread pools (a 2-core round
-    of the smol cohort took minutes instead of seconds). Variables already set by the user win."""
+    server (and, with ``trainers``, every trainer) of the run, at least 1. Each would otherwise start
+    one thread per core, and on a small machine real models then spend their time in contended thread
+    pools (a 2-core round of the smol cohort took minutes instead of seconds). User-set variables win."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    processes = sum(len(m.servers) for m in cfg.members) + sum(m.role == "trained" for m in cfg.members)
+    processes = sum(len(m.servers) for m in cfg.members)
+    processes += sum(m.role == "trained" for m in cfg.members) if trainers else 0
     n = str(max(1, cores // max(1, processes)))
     return {k: os.environ.get(k, n) for k in (variable, "OMP_NUM_THREADS")}
 
 
-def start_model_servers(cfg: CohortConfig, group: ProcessGroup) -> None:
+def start_model_servers(cfg: CohortConfig, group: ProcessGroup, trainers: bool = True) -> None:
     """Start every member's servers (on the ports of their loopback URLs) and wait until they are ready.
-    Their request time limit and token bound follow the config's rounds (long real-model generations)."""
+    Their request time limit and token bound follow the config's rounds (long real-model generations);
+    ``trainers``: the run's trainers will share the cores with them."""
     sampling = cfg.sampling()
     env = {
         "CORL_REQUEST_TIMEOUT_S": str(cfg.rounds.request_timeout_s),
         "CORL_MAX_TOKENS": str(max(256, sampling.max_tokens)),
-        **thread_env(cfg, "CORL_NUM_THREADS"),
+        **thread_env(cfg, "CORL_NUM_THREADS", trainers),
     }
     for m in cfg.members:
         for i, url in enumerate(m.servers):

@@ -92,3 +92,23 @@ def test_served_readings_take_the_version_0_and_the_final_reading() -> None:
     assert after == {"greedy_acc": 0.5, "distinct": 1.5}
     with pytest.raises(ValueError, match="version 0"):
         served_readings(history[3:], "a")
+
+
+def test_thread_budget_shares_the_cores_among_the_runs_processes(monkeypatch: pytest.MonkeyPatch) -> None:
+    from corl.config import parse_config
+    from corl.embedded.run import thread_env
+
+    members = [{"name": n, "model": "m", "servers": ["http://127.0.0.1:1"]} for n in ("a", "b")]
+    cfg = parse_config({"members": members})
+    monkeypatch.delenv("CORL_NUM_THREADS", raising=False)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: set(range(8)))
+    assert thread_env(cfg, "CORL_NUM_THREADS") == {
+        "CORL_NUM_THREADS": "2",
+        "OMP_NUM_THREADS": "2",
+    }  # 2 servers + 2 trainers
+    assert thread_env(cfg, "CORL_NUM_THREADS", trainers=False)["CORL_NUM_THREADS"] == "4"  # servers only
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0})
+    assert thread_env(cfg, "CORL_NUM_THREADS")["CORL_NUM_THREADS"] == "1"  # never 0
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    assert thread_env(cfg, "CORL_NUM_THREADS")["OMP_NUM_THREADS"] == "3"  # the user's setting wins

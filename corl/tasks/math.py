@@ -4,7 +4,8 @@ The prompt asks for a final line ``#### <answer>``; extraction also reads the co
 really use: ``\\boxed{}``, ``#### x``, "the (final) answer is x", and otherwise the last number,
 the last answer in the text winning within each convention. Answers are canonicalised so that
 equal values vote together: ``\\frac{1}{2}``, ``0.5`` and ``1/2`` all become ``1/2``; ``18.0``,
-``$18`` and ``18`` become ``18``; thousands separators and units are dropped.
+``$18`` and ``18`` become ``18``; thousands separators and units are dropped, the percent sign
+among them (``25%`` is ``25``, as GSM8K writes the answer of a "what percent" question).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ _ANSWER_IS = re.compile(
     r"(?:final answer|the answer|answer)\s*(?:is|=|:)\s*[:]?\s*([^\n]+?)(?:\.\s|\.?\s*$|\n)", re.I | re.M
 )
 _GSM8K_CALC = re.compile(r"<<[^<>]*>>")
+_PERCENT = re.compile(r"(?<=\d)\s*\\?%")  # "25%", "25 %", LaTeX "25\%": the sign is a unit
 _SHOT = (
     "Question: Tom has 3 boxes with 4 apples each. He eats 2 apples. How many apples are left?\n"
     "Answer: Tom has 3 * 4 = 12 apples. After eating 2 he has 12 - 2 = 10.\n#### 10\n\n"
@@ -64,6 +66,7 @@ def _canonical(expr: Any) -> str:
     import sympy
 
     if isinstance(expr, sympy.Basic):
+        expr = expr.doit()  # math-verify leaves some products unevaluated
         floats = expr.atoms(sympy.Float)
         if floats:  # exact decimals: 12.50 and 25/2 are one answer
             expr = expr.xreplace({f: sympy.Rational(str(f)) for f in floats})
@@ -91,6 +94,7 @@ def canonical_answer(text: str) -> str | None:
     text = _GSM8K_CALC.sub("", text.strip())
     if "####" in text:  # a GSM8K-style worked solution
         text = answer_span(text)
+    text = _PERCENT.sub("", text)
     prose = any(w.lower() not in _MATH_WORDS for w in re.findall(r"(?<!\\)\b[A-Za-z]{2,}\b", text))
     expr = parse_answer(text) if prose or text.startswith(("$", "\\")) else parse_answer(f"${text}$")
     return None if expr is None else _canonical(expr)
@@ -127,7 +131,7 @@ class MathTask(OneByOne):
         return Example(prompt, None if answer is None else canonical_answer(answer))
 
     def extract_answer(self, prompt: str, completion: str) -> str | None:
-        expr = parse_answer(answer_span(_GSM8K_CALC.sub("", completion)))
+        expr = parse_answer(_PERCENT.sub("", answer_span(_GSM8K_CALC.sub("", completion))))
         return None if expr is None else _canonical(expr)
 
     def is_correct(self, example: Example, completion: str) -> bool:

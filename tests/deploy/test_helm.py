@@ -229,6 +229,23 @@ def test_gpu_requests_images_and_scheduling_follow_the_member(render: Render) ->
     assert env_of(containers(servers["small"])[0])["CORL_MAX_TOKENS"] == "64"
 
 
+def test_servers_time_limit_and_token_bound_follow_the_rounds_section(render: Render) -> None:
+    """Real models generate for minutes: the servers' request time limit and max_tokens bound come from
+    the one rounds section (as `corl run` sets them); a member's or all servers' env still wins."""
+    rounds = {"request_timeout_s": 600, "max_tokens": 512}
+    values = {**CUSTOM, "cohort": {**CUSTOM["cohort"], "rounds": {**CUSTOM["cohort"]["rounds"], **rounds}}}
+    servers = {s["metadata"]["labels"]["corl.dev/member"]: s for s in of(render(values), "StatefulSet", "model")}
+    for name in ("big", "judge"):
+        env = env_of(containers(servers[name])[0])
+        assert (env["CORL_REQUEST_TIMEOUT_S"], env["CORL_MAX_TOKENS"]) == ("600", "512")
+    (small,) = containers(servers["small"])
+    assert [e["name"] for e in small["env"]].count("CORL_MAX_TOKENS") == 1
+    assert env_of(small)["CORL_MAX_TOKENS"] == "64"
+    default = {s["metadata"]["labels"]["corl.dev/member"]: s for s in of(render(None), "StatefulSet", "model")}
+    for s in default.values():  # the default rounds set neither: the servers' own defaults hold
+        assert not {"CORL_REQUEST_TIMEOUT_S", "CORL_MAX_TOKENS"} & set(env_of(containers(s)[0]))
+
+
 @pytest.mark.parametrize("case", CASES)
 def test_containers_point_at_the_right_redis_servers_config_and_secret(render: Render, case: str) -> None:
     values = CASES[case]

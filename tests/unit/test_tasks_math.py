@@ -96,6 +96,10 @@ def test_realistic_completions_are_read(task: MathTask, gsm8k: list[dict[str, An
         ["\\boxed{\\frac{1}{2}}", "The answer is 0.5", "#### 1/2", "Final answer: 0.50"],
         ["#### 12.5", "\\boxed{\\frac{25}{2}}", "The answer is $12.50."],
         ["#### -4", "The answer is -4.", "\\boxed{-4}"],
+        # The percent sign is a unit (GSM8K's answer to "what percent" is the bare number); seen on
+        # SmolLM2, "5%" stayed an unevaluated 5*(1/100) and split the vote with "5".
+        ["#### 25%", "The answer is 25 %.", "\\boxed{25\\%}", "#### 25"],
+        ["So you pay 5% of it: 5%", "#### 5", "The answer is 5.0"],
     ],
 )
 def test_equal_values_vote_together(task: MathTask, variants: list[str]) -> None:

@@ -24,6 +24,8 @@ import torch
 from transformers import PreTrainedModel
 from trl.trainer.utils import entropy_from_logits, selective_log_softmax
 
+from corl.models.nucleus import outside_nucleus
+
 LossType = Literal["grpo", "dr_grpo", "dapo", "bnpo"]
 
 
@@ -97,21 +99,17 @@ def accepts_position_ids(model: torch.nn.Module) -> bool:
 
 def truncate_top_p(logits: torch.Tensor, top_p: float, keep: torch.Tensor, chunk: int = 32) -> torch.Tensor:
     """``logits`` (B, T, V) with the tokens outside each position's top-p nucleus pushed to the
-    dtype's minimum, as the samplers do (HF's ``TopPLogitsWarper``, vLLM: sort ascending, drop the
-    tokens whose cumulative probability is <= 1 - top_p, keep at least one). ``keep`` (B, T), the
-    sampled tokens, are never dropped: float noise must not give a sampled token zero probability.
-    The mask is computed without gradient, ``chunk`` positions at a time (a sort over a large
+    dtype's minimum, by the sampler's own rule (``corl.models.nucleus``; HF's and vLLM's: drop a token
+    when the tokens more probable than it hold top_p of the mass, keep at least one). ``keep`` (B, T),
+    the sampled tokens, are never dropped: float noise must not give a sampled token zero probability.
+    The mask is computed without gradient, ``chunk`` positions at a time (a softmax over a large
     vocabulary per position is the memory peak); gradients flow through the kept logits."""
     if top_p >= 1.0:
         return logits
     remove = torch.zeros_like(logits, dtype=torch.bool)
     with torch.no_grad():
         for t0 in range(0, logits.size(1), chunk):
-            part = logits[:, t0 : t0 + chunk].detach()
-            ordered, order = torch.sort(part, dim=-1, descending=False)
-            drop = ordered.softmax(-1).cumsum(-1) <= (1.0 - top_p)
-            drop[..., -1] = False
-            remove[:, t0 : t0 + chunk] = drop.scatter(-1, order, drop)
+            remove[:, t0 : t0 + chunk] = outside_nucleus(logits[:, t0 : t0 + chunk], top_p)
         remove.scatter_(-1, keep.unsqueeze(-1), False)
     return logits.masked_fill(remove, torch.finfo(logits.dtype).min)
 

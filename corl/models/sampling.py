@@ -2,6 +2,9 @@
 
 The log-probs are taken from the *processed* scores (after temperature and top-p), normalised, so
 they are the sampling distribution's: what a trainer needs for its off-policy importance ratio.
+Temperature and top-p are this module's own logits processors (top-p without a full-vocabulary sort:
+``corl.models.nucleus``, shared with the trainer), and the sampled tokens' log-probs are recorded
+step by step, so no (rows, vocab) score tensor outlives its step.
 This runs synchronously; callers on an event loop run it in a worker thread.
 """
 
@@ -12,7 +15,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
-from transformers import PreTrainedModel, PreTrainedTokenizerBase
+from transformers import LogitsProcessor, LogitsProcessorList, PreTrainedModel, PreTrainedTokenizerBase
+
+from .nucleus import outside_nucleus
 
 
 class _DropUnmaskedPaddingWarning(logging.Filter):
@@ -25,6 +30,46 @@ class _DropUnmaskedPaddingWarning(logging.Filter):
 
 
 logging.getLogger("transformers.modeling_utils").addFilter(_DropUnmaskedPaddingWarning())
+
+
+class _Sampling(LogitsProcessor):
+    """Temperature, then the top-p nucleus (tokens outside it get -inf)."""
+
+    def __init__(self, temperature: float, top_p: float) -> None:
+        self.temperature, self.top_p = temperature, top_p
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        if self.temperature != 1.0:
+            scores = scores / self.temperature  # type: ignore[assignment]
+        if self.top_p < 1.0:
+            scores = scores.masked_fill(outside_nucleus(scores, self.top_p), -float("inf"))  # type: ignore[assignment]
+        return scores
+
+
+class _TokenLogProbs(LogitsProcessor):
+    """Last processor: keeps this step's normalised scores until the next step shows which token was
+    drawn from them, and records that token's log-prob; ``finish`` adds the last step's."""
+
+    def __init__(self) -> None:
+        self.steps: list[torch.Tensor] = []
+        self._logp: torch.Tensor | None = None
+
+    def _take(self, tokens: torch.Tensor) -> None:
+        if self._logp is not None:
+            self.steps.append(self._logp.gather(-1, tokens.unsqueeze(-1)).squeeze(-1))
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        self._take(input_ids[:, -1])
+        self._logp = scores.float().log_softmax(-1)
+        return scores
+
+    def finish(self, new_tokens: torch.Tensor) -> torch.Tensor:
+        """(rows, steps) log-probs of ``new_tokens``, the tokens generated."""
+        self._take(new_tokens[:, -1])
+        self._logp = None
+        if not self.steps:
+            return torch.zeros(new_tokens.shape, dtype=torch.float32)
+        return torch.stack(self.steps, dim=1)
 
 
 @dataclass(frozen=True)
@@ -67,11 +112,13 @@ def sample(
     attention_mask = enc["attention_mask"].to(device)
     greedy = temperature == 0.0
     eos = end_token_ids(model, tokenizer)
+    recorder = _TokenLogProbs()
+    processors = [] if greedy else [_Sampling(temperature, top_p)]
     gen_kwargs: dict = dict(
         max_new_tokens=max_tokens,
         do_sample=not greedy,
         num_return_sequences=n,
-        output_scores=True,
+        logits_processor=LogitsProcessorList([*processors, recorder]),
         return_dict_in_generate=True,
         pad_token_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos[0],
         eos_token_id=eos,
@@ -80,18 +127,15 @@ def sample(
         gen_kwargs.update(stop_strings=producible_stop_strings(tokenizer, stop), tokenizer=tokenizer)
         if not gen_kwargs["stop_strings"]:
             del gen_kwargs["stop_strings"], gen_kwargs["tokenizer"]
+    # No warpers of transformers' own (nor the model's generation-config defaults): _Sampling is the
+    # whole sampling distribution, so the recorded log-probs are exactly its.
     if greedy:
         gen_kwargs.update(temperature=None, top_p=None, top_k=None)
     else:
-        gen_kwargs.update(temperature=temperature, top_p=top_p, top_k=0)
+        gen_kwargs.update(temperature=1.0, top_p=1.0, top_k=0, min_p=None, typical_p=1.0)
     out = model.generate(input_ids=input_ids, attention_mask=attention_mask, **gen_kwargs)  # type: ignore[operator]
     new_tokens = out.sequences[:, input_ids.shape[1] :]
-    # scores: one (batch*n, vocab) tensor per step, already temperature/top-p processed. Read step by
-    # step: stacking them first would add a (rows, steps, vocab) copy, gigabytes for Gemma's 262k vocabulary.
-    token_logprobs = torch.stack(
-        [s.float().log_softmax(-1).gather(-1, new_tokens[:, t : t + 1]).squeeze(-1) for t, s in enumerate(out.scores)],
-        dim=1,
-    )
+    token_logprobs = recorder.finish(new_tokens)
 
     results: list[PromptCompletions] = []
     for p in range(len(prompts)):

@@ -35,16 +35,12 @@ class ServerEval:
     valid_rate: float | None = None  # share of the k samples with a readable answer
 
     def row(self) -> dict[str, float | int | None]:
-        return {
-            "n": self.n,
-            "weight_version": self.weight_version,
-            "pass@1": self.pass_at_1,
-            "k": self.k,
-            "sample_acc": self.sample_acc,
-            f"maj@{self.k}": self.maj_at_k,
-            "distinct": self.distinct,
-            "valid_rate": self.valid_rate,
-        }
+        """The readings taken (greedy only: no sampled fields)."""
+        greedy = {"n": self.n, "weight_version": self.weight_version, "pass@1": self.pass_at_1}
+        if not self.k:
+            return greedy
+        sampled = {"sample_acc": self.sample_acc, f"maj@{self.k}": self.maj_at_k, "distinct": self.distinct}
+        return {**greedy, "k": self.k, **sampled, "valid_rate": self.valid_rate}
 
 
 def _majority(answers: Sequence[str | None]) -> str | None:

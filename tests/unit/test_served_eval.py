@@ -64,6 +64,7 @@ def test_greedy_pass_at_1_and_majority_at_k_through_the_server() -> None:
     assert [b["n"] for b in requests] == [1] * 3 + [4] * 3
     assert [b["seed"] for b in requests[3:]] == [0, 1, 2]  # sampled requests are seeded: maj@k is reproducible
     assert progress == [2, 2, 1, 2, 2, 1]
+    assert r.row()["maj@4"] == r.maj_at_k and r.row()["k"] == 4
 
 
 def test_greedy_only_when_k_is_below_two() -> None:
@@ -72,6 +73,7 @@ def test_greedy_only_when_k_is_below_two() -> None:
     with httpx.Client(transport=httpx.MockTransport(fake_server(requests))) as http:
         r = evaluate_server(http, "http://m", get_task("math"), EXAMPLES, sp, k=1, chunk=8)
     assert len(requests) == 1 and r.maj_at_k is None and r.sample_acc is None and r.pass_at_1 == pytest.approx(0.8)
+    assert r.row() == {"n": 5, "weight_version": 7, "pass@1": r.pass_at_1}  # no "maj@0" column of nulls
 
 
 def test_a_server_error_is_raised_not_scored_as_wrong() -> None:

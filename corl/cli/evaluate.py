@@ -30,7 +30,13 @@ def eval_cohort(
     n_prompts: Annotated[
         int | None, typer.Option(help="Evaluate on the first N held-out prompts (default: all).")
     ] = None,
-    samples: Annotated[int, typer.Option(help="Samples per prompt at temperature 1 (majority@k uses k=this).")] = 8,
+    samples: Annotated[
+        int,
+        typer.Option(
+            help="Samples per prompt for majority@k (k=this; 1: greedy only), at temperature 1, or with "
+            "--config at the config's sampling settings."
+        ),
+    ] = 8,
     seed: Annotated[int, typer.Option(help="Sampling seed.")] = 0,
     json_out: Annotated[Path | None, typer.Option("--json", help="Also write the results here.")] = None,
     threads: Annotated[int, typer.Option(help="torch threads.")] = 1,

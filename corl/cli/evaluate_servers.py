@@ -62,9 +62,14 @@ def eval_through_servers(
             with Progress(*columns, console=console) as progress, httpx.Client(timeout=timeout) as http:
                 bars = {m.name: progress.add_task(m.name, total=per_member) for m in cfg.members}
 
+                done = dict.fromkeys(bars, 0)
+
                 def run(m: MemberConfig) -> dict:
                     def advance(n: int) -> None:
                         progress.advance(bars[m.name], n)
+                        done[m.name] += n
+                        if not console.is_terminal:  # a log file gets a line per request, not a live bar
+                            console.print(f"{m.name}: {done[m.name]}/{per_member}")
 
                     r = evaluate_server(
                         http, m.servers[0], task, examples, cfg.sampling(), k=k, chunk=chunk, advance=advance

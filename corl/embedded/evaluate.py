@@ -36,7 +36,11 @@ class ServerEval:
 
     def row(self) -> dict[str, float | int | None]:
         """The readings taken (greedy only: no sampled fields)."""
-        greedy = {"n": self.n, "weight_version": self.weight_version, "pass@1": self.pass_at_1}
+        greedy: dict[str, float | int | None] = {
+            "n": self.n,
+            "weight_version": self.weight_version,
+            "pass@1": self.pass_at_1,
+        }
         if not self.k:
             return greedy
         sampled = {"sample_acc": self.sample_acc, f"maj@{self.k}": self.maj_at_k, "distinct": self.distinct}

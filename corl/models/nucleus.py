@@ -6,10 +6,11 @@ row's full vocabulary is what those samplers do, and on a CPU it dominates: for 
 vocabulary, sampling 16 rows on one thread took 726 ms a decoding step with the sort and 347 ms
 with this (``corl.models.sampling``), and the trainer, which must truncate each position's
 distribution the same way, sorts thousands of rows a step (a Gemma micro-batch of 4 x 360 tokens,
-forward and backward: 51 s with the sort, 37 s with this). The nucleus lies inside the top k tokens as soon as those hold ``top_p`` of the mass,
-so this takes the top k (k = 64, growing 4x until every row is covered: a full sort only for a row
-that flat) and decides there. The sampler (``corl.models.sampling``) and the trainer
-(``trainer.losses``) share this one function, so their log-probs are over the same nucleus.
+forward and backward: 51 s with the sort, 37 s with this). The nucleus lies inside the top k
+tokens as soon as those hold ``top_p`` of the mass, so this takes the top k (k = 64, growing 4x
+until every row is covered: a full sort only for a row that flat) and decides there. The sampler
+(``corl.models.sampling``) and the trainer (``trainer.losses``) share this one function, so their
+log-probs are over the same nucleus.
 """
 
 from __future__ import annotations

@@ -209,6 +209,7 @@ def test_corl_eval_through_the_servers(cohort: Path, tmp_path: Path) -> None:
         assert r["n"] == 24 and r["weight_version"] == 0
         assert 0.0 <= r["pass@1"] <= 1.0 and 0.0 <= r["maj@4"] <= 1.0 and 1.0 <= r["distinct"] <= 4.0
     assert "48/48" in res.stdout  # each bar counts the greedy pass and the sampled pass over the 24 problems
+    assert all(f"{n}: 24/48" in res.stdout for n in names)  # not a terminal: a progress line per request
     assert leftovers(cohort) == [], "servers left behind"
 
 

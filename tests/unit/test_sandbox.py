@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import socket
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -44,7 +45,10 @@ def _cmdline(proc: Path) -> str:
 
 
 def test_memory_hog_fails_cleanly() -> None:
-    res = run_python("x = []\nwhile True:\n    x.append(bytearray(50 << 20))\n", FAST)
+    # Time enough to reach the memory limit on a loaded machine (under memory pressure, zero-filling
+    # 512 MB once took longer than FAST's 3 s): the limit, not the clock, must stop it.
+    hog = "x = []\nwhile True:\n    x.append(bytearray(50 << 20))\n"
+    res = run_python(hog, replace(FAST, timeout_s=30.0, cpu_s=10))
     assert not res.ok and res.status in ("error", "killed")
     assert res.status == "killed" or "MemoryError" in res.stderr
 

@@ -67,8 +67,6 @@ class _TokenLogProbs(LogitsProcessor):
         """(rows, steps) log-probs of ``new_tokens``, the tokens generated."""
         self._take(new_tokens[:, -1])
         self._logp = None
-        if not self.steps:
-            return torch.zeros(new_tokens.shape, dtype=torch.float32)
         return torch.stack(self.steps, dim=1)
 
 

@@ -66,7 +66,6 @@ def _canonical(expr: Any) -> str:
     import sympy
 
     if isinstance(expr, sympy.Basic):
-        expr = expr.doit()  # math-verify leaves some products unevaluated
         floats = expr.atoms(sympy.Float)
         if floats:  # exact decimals: 12.50 and 25/2 are one answer
             expr = expr.xreplace({f: sympy.Rational(str(f)) for f in floats})
@@ -79,11 +78,12 @@ def _canonical(expr: Any) -> str:
 
 
 def parse_answer(text: str) -> Any | None:
-    """math-verify's parse of an answer text (LaTeX or a plain expression); None when it has none."""
+    """math-verify's parse of an answer text (LaTeX or a plain expression); None when it has none.
+    A percent sign is dropped first, as a unit: math-verify would read "5%" as 5*(1/100), unevaluated."""
     from math_verify import parse
 
     try:
-        parsed = parse(text, parsing_timeout=None)  # type: ignore[arg-type]  # no SIGALRM: we run in threads
+        parsed = parse(_PERCENT.sub("", text), parsing_timeout=None)  # type: ignore[arg-type]  # no SIGALRM: we run in threads
     except Exception:  # math-verify/sympy raise many kinds on hostile text; unparseable is the answer
         return None
     return parsed[0] if parsed else None
@@ -94,7 +94,6 @@ def canonical_answer(text: str) -> str | None:
     text = _GSM8K_CALC.sub("", text.strip())
     if "####" in text:  # a GSM8K-style worked solution
         text = answer_span(text)
-    text = _PERCENT.sub("", text)
     prose = any(w.lower() not in _MATH_WORDS for w in re.findall(r"(?<!\\)\b[A-Za-z]{2,}\b", text))
     expr = parse_answer(text) if prose or text.startswith(("$", "\\")) else parse_answer(f"${text}$")
     return None if expr is None else _canonical(expr)
@@ -131,7 +130,7 @@ class MathTask(OneByOne):
         return Example(prompt, None if answer is None else canonical_answer(answer))
 
     def extract_answer(self, prompt: str, completion: str) -> str | None:
-        expr = parse_answer(_PERCENT.sub("", answer_span(_GSM8K_CALC.sub("", completion))))
+        expr = parse_answer(answer_span(_GSM8K_CALC.sub("", completion)))
         return None if expr is None else _canonical(expr)
 
     def is_correct(self, example: Example, completion: str) -> bool:

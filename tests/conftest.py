@@ -55,16 +55,27 @@ def record_figure(request: pytest.FixtureRequest) -> Callable[..., None]:
     return record
 
 
-@pytest.fixture(scope="session")
-def smol_cohort() -> Path:
-    """The real ``smol`` cohort (SmolLM2-135M-Instruct, Gemma-3-270M), built once into
-    ``$CORL_CACHE_DIR/cohorts/smol`` (default ``~/.cache/corl``): later runs reuse it in about a second."""
+def _packaged_cohort(preset: str) -> Path:
+    """A packaged cohort built once into ``$CORL_CACHE_DIR/cohorts/<preset>`` (default
+    ``~/.cache/corl``): later runs reuse it in about a second."""
     from corl.cohort.packaged import build_packaged_cohort
     from corl.packages import cache_dir
 
-    out = cache_dir().parent / "cohorts" / "smol"
-    build_packaged_cohort(out, "smol")
+    out = cache_dir().parent / "cohorts" / preset
+    build_packaged_cohort(out, preset)
     return out
+
+
+@pytest.fixture(scope="session")
+def smol_cohort() -> Path:
+    """The real ``smol`` cohort (SmolLM2-135M-Instruct, Gemma-3-270M)."""
+    return _packaged_cohort("smol")
+
+
+@pytest.fixture(scope="session")
+def trio_cohort() -> Path:
+    """The real ``trio`` cohort (``smol``'s two members and Qwen2.5-Coder-0.5B-Instruct)."""
+    return _packaged_cohort("trio")
 
 
 @pytest.fixture(scope="session")

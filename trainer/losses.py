@@ -22,9 +22,11 @@ from typing import Any, Literal
 
 import torch
 from transformers import PreTrainedModel
+from transformers.cache_utils import DynamicCache, DynamicLayer
 from trl.trainer.utils import entropy_from_logits, selective_log_softmax
 
 from corl.models.nucleus import outside_nucleus
+from corl.models.sampling import cache_argument
 
 LossType = Literal["grpo", "dr_grpo", "dapo", "bnpo"]
 
@@ -91,10 +93,14 @@ def policy_loss(
     return LossOutput(loss, _masked_mean(clipped.to(mask.dtype), mask), approx_kl, ref_kl)
 
 
-def _accepts(model: torch.nn.Module, name: str) -> bool:
+def _base(model: torch.nn.Module) -> torch.nn.Module:
+    """The transformers model under a PEFT wrapper (which passes extra kwargs through to it)."""
     get_base = getattr(model, "get_base_model", None)
-    base = get_base() if callable(get_base) else model  # PEFT passes extra kwargs through to the base model
-    return name in inspect.signature(base.forward).parameters
+    return get_base() if callable(get_base) else model
+
+
+def _accepts(model: torch.nn.Module, name: str) -> bool:
+    return name in inspect.signature(_base(model).forward).parameters
 
 
 def accepts_position_ids(model: torch.nn.Module) -> bool:
@@ -118,6 +124,58 @@ def truncate_top_p(logits: torch.Tensor, top_p: float, keep: torch.Tensor, chunk
     return logits.masked_fill(remove, torch.finfo(logits.dtype).min)
 
 
+def shares_prompts(model: torch.nn.Module) -> bool:
+    """Whether rows with one prompt can share its forward: the model keeps its keys and values in a
+    ``DynamicCache`` of ours (every attention family) and does not drop it, as gradient
+    checkpointing does (it recomputes layers in backward and would write the cache twice)."""
+    base = _base(model)
+    checkpointing = getattr(base, "is_activation_checkpointing", None)  # transformers 5; the old name warns
+    if checkpointing is None:
+        checkpointing = getattr(base, "is_gradient_checkpointing", False)
+    if checkpointing or not _accepts(model, "logits_to_keep"):
+        return False
+    if not _accepts(model, cache_argument(base)):  # type: ignore[arg-type]
+        return False
+    try:
+        cache = DynamicCache(config=base.config)
+    except (TypeError, ValueError):
+        return False
+    return all(isinstance(layer, DynamicLayer) for layer in cache.layers)
+
+
+def _shared_prompt_logits(
+    model: PreTrainedModel | torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, response_len: int
+) -> torch.Tensor | None:
+    """The logits (B, T, V) that predict the last ``response_len`` tokens, each distinct prompt run
+    once: its forward fills a key/value cache (with gradients), the cache is indexed out to the rows
+    that share the prompt, and the responses run on it. The same numbers as one forward over every
+    row (``tests/unit/test_shared_prompt.py``) for a fraction of the cost: a group of 8 samples of a
+    160-token prompt with 24-token answers is 184 tokens per row in one forward, 45 in this one.
+    ``None`` when no two rows share a prompt or the model cannot (``shares_prompts``)."""
+    p = input_ids.size(1) - response_len
+    prompt = torch.cat([input_ids[:, :p], attention_mask[:, :p].to(input_ids.dtype)], dim=1)
+    distinct, which = torch.unique(prompt, dim=0, return_inverse=True)
+    if p == 0 or distinct.size(0) == input_ids.size(0) or not shares_prompts(model):
+        return None
+    first = [which.tolist().index(r) for r in range(distinct.size(0))]  # one row per distinct prompt
+    base = _base(model)
+    cache = DynamicCache(config=base.config)
+    kw = {cache_argument(base): cache, "use_cache": True}  # type: ignore[arg-type]
+    positions = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+    head = model(
+        input_ids=input_ids[first, :p],
+        attention_mask=attention_mask[first, :p],
+        position_ids=positions[first, :p],
+        logits_to_keep=1,
+        **kw,
+    ).logits  # (prompts, 1, V): the last prompt token predicts the first response token
+    cache.batch_select_indices(which)  # differentiable indexing: gradients reach the shared prompt pass
+    tail = model(
+        input_ids=input_ids[:, p:], attention_mask=attention_mask, position_ids=positions[:, p:], **kw
+    ).logits  # (B, T, V): response token k predicts token k + 1
+    return torch.cat([head[which], tail[:, :-1]], dim=1)
+
+
 def response_logps(
     model: PreTrainedModel | torch.nn.Module,
     input_ids: torch.Tensor,
@@ -132,16 +190,19 @@ def response_logps(
     under the distribution they were sampled from: logits divided by ``temperature``, then
     truncated to the ``top_p`` nucleus, as the server's sampling log-probs were.
     Position ids follow the attention mask (left-padded prompts), as ``generate`` computes them.
+    Rows that share a prompt (a group's samples) share its forward pass: ``_shared_prompt_logits``.
     """
-    kwargs: dict[str, Any] = {"input_ids": input_ids, "attention_mask": attention_mask}
-    if accepts_position_ids(model):
-        kwargs["position_ids"] = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
-    if _accepts(model, "logits_to_keep"):
-        # The LM head only over the positions that predict response tokens: over a prompt of a few
-        # hundred tokens and a 262k vocabulary (Gemma) the prompt's logits are most of the memory.
-        kwargs["logits_to_keep"] = response_len + 1
-    logits = model(**kwargs).logits
-    logits = logits[:, -response_len - 1 : -1, :].float()
+    logits = _shared_prompt_logits(model, input_ids, attention_mask, response_len)
+    if logits is None:
+        kwargs: dict[str, Any] = {"input_ids": input_ids, "attention_mask": attention_mask}
+        if accepts_position_ids(model):
+            kwargs["position_ids"] = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+        if _accepts(model, "logits_to_keep"):
+            # The LM head only over the positions that predict response tokens: over a prompt of a few
+            # hundred tokens and a 262k vocabulary (Gemma) the prompt's logits are most of the memory.
+            kwargs["logits_to_keep"] = response_len + 1
+        logits = model(**kwargs).logits[:, -response_len - 1 : -1, :]
+    logits = logits.float()
     if temperature != 1.0:
         logits = logits / temperature
     targets = input_ids[:, -response_len:]

@@ -89,7 +89,7 @@ class PolicyTrainer:
         params = [p for p in self.model.parameters() if p.requires_grad]
         self.params = params
         self.optimizer = torch.optim.AdamW(
-            params, lr=cfg.training.lr, betas=cfg.training.betas, weight_decay=cfg.training.weight_decay
+            params, lr=cfg.lr(member), betas=cfg.training.betas, weight_decay=cfg.training.weight_decay
         )
 
     def _ref_logps(self, input_ids: torch.Tensor, attn: torch.Tensor, t: int, sp: SamplingSettings) -> torch.Tensor:

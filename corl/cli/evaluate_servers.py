@@ -71,20 +71,21 @@ def eval_through_servers(
                         if not console.is_terminal:  # a log file gets a line per request, not a live bar
                             console.print(f"{m.name}: {done[m.name]}/{per_member}")
 
-                    r = evaluate_server(
+                    return evaluate_server(
                         http, m.servers[0], task, examples, cfg.sampling(), k=k, chunk=chunk, advance=advance
                     )
-                    return r.row()
 
                 # Every member at once: each server has its own process (and its share of the cores).
                 with ThreadPoolExecutor(len(cfg.members)) as pool:
-                    results = dict(zip([m.name for m in cfg.members], pool.map(run, cfg.members), strict=True))
+                    evals = dict(zip([m.name for m in cfg.members], pool.map(run, cfg.members), strict=True))
         except ChildDied as err:
             console.print(f"[red]{err.name} died (exit code {err.returncode}):[/red]")
             console.print(err.log_tail, markup=False, highlight=False)
             raise typer.Exit(1) from None
         finally:
             group.stop()
+    results = {name: r.row() for name, r in evals.items()}
+    kappas = error_overlap({name: r.greedy_correct for name, r in evals.items()})
     table = Table(title=f"{task.name} on {source} ({len(examples)} problems, {split} split)")
     cols = ["member", "pass@1 (greedy)"]
     if k > 1:
@@ -97,7 +98,19 @@ def eval_through_servers(
             cells += [f"{r['sample_acc']:.1%}", f"{r[f'maj@{k}']:.1%}", f"{r['distinct']:.2f}"]
         table.add_row(name, *cells)
     console.print(table)
+    if kappas:
+        pairs = ", ".join(f"{pair} {'-' if v is None else f'{v:.2f}'}" for pair, v in kappas.items())
+        console.print(f"error overlap (Cohen's kappa of greedy correctness): {pairs}")
     if json_out:
-        doc = {"config": str(config), "source": source, "split": split, "k": k, "members": results}
+        doc = {"config": str(config), "source": source, "split": split, "k": k, "members": results, "kappa": kappas}
         json_out.write_text(json.dumps(doc, indent=2) + "\n")
         console.print(f"results: {json_out}")
+
+
+def error_overlap(correct: dict[str, list[bool]]) -> dict[str, float | None]:
+    """Cohen's kappa of every pair of members' per-problem correctness, keyed ``"a/b"``."""
+    from itertools import combinations
+
+    from corl.cohort.metrics import cohen_kappa
+
+    return {f"{a}/{b}": cohen_kappa(correct[a], correct[b]) for a, b in combinations(correct, 2)}

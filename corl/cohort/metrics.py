@@ -35,3 +35,18 @@ def accuracy(predicted: Sequence[str | None], truth: Sequence[str | None]) -> fl
 
 def mean(values: Sequence[float]) -> float:
     return sum(values) / len(values) if values else 0.0
+
+
+def cohen_kappa(a: Sequence[bool], b: Sequence[bool]) -> float | None:
+    """Cohen's kappa of two members' correctness on the same problems: 1 when they are right and
+    wrong on the same ones, 0 when their agreement is what their accuracies alone would give.
+    ``None`` when chance agreement is total (a member always right or always wrong, on every item)."""
+    if len(a) != len(b):
+        raise ValueError(f"{len(a)} readings against {len(b)}")
+    if not a:
+        return None
+    n = len(a)
+    observed = sum(x == y for x, y in zip(a, b, strict=True)) / n
+    pa, pb = sum(a) / n, sum(b) / n
+    chance = pa * pb + (1 - pa) * (1 - pb)
+    return None if chance == 1.0 else (observed - chance) / (1 - chance)

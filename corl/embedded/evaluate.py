@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import httpx
 
@@ -33,6 +33,7 @@ class ServerEval:
     maj_at_k: float | None = None
     distinct: float | None = None  # mean distinct valid answers among the k samples
     valid_rate: float | None = None  # share of the k samples with a readable answer
+    greedy_correct: list[bool] = field(default_factory=list, repr=False)  # per problem, in order
 
     def row(self) -> dict[str, float | int | None]:
         """The readings taken (greedy only: no sampled fields)."""
@@ -94,7 +95,9 @@ def evaluate_server(
         versions.add(version)
         hits += is_correct_many(task, part, [t[0] for t in texts])
         advance(len(part))
-    result = ServerEval(n=len(examples), weight_version=max(versions, default=0), pass_at_1=metrics.mean(hits))
+    result = ServerEval(
+        n=len(examples), weight_version=max(versions, default=0), pass_at_1=metrics.mean(hits), greedy_correct=hits
+    )
     if k < 2:
         return result
     sample_hits: list[bool] = []

@@ -51,6 +51,9 @@ class RunOptions:
     ready_timeout_s: float = 300.0
     drain_timeout_s: float = 600.0
     restart: RestartPolicy = field(default_factory=RestartPolicy)  # what happens when a child dies
+    # Held-out accuracy of the starting weights, member -> accuracy, when already read (an experiment's
+    # earlier run of the same cohort, problems and greedy decoding): recorded instead of read again.
+    start_accuracy: dict[str, float] | None = None
 
 
 @dataclass
@@ -168,7 +171,14 @@ class RunMonitor:
         return r.pass_at_1, r.weight_version
 
     def backlog(self, member: str) -> int | None:
-        counts = group_backlog(self.redis, redis_keys.batches_stream(self.cfg.run_id, member), redis_keys.TRAINER_GROUP)
+        """Batches waiting for the member's trainer; ``None`` when Redis does not answer in time (a
+        loaded machine can stall it for seconds: the view shows "-", the run goes on)."""
+        stream = redis_keys.batches_stream(self.cfg.run_id, member)
+        try:
+            counts = group_backlog(self.redis, stream, redis_keys.TRAINER_GROUP)
+        except redis.RedisError as err:
+            log.warning("backlog of %s not read: %s", member, err)
+            return None
         return sum(counts) if counts else None
 
     def snapshot(self, force_eval: bool = False) -> RunSnapshot:
@@ -202,6 +212,13 @@ class RunMonitor:
                     log.warning("held-out eval of %s failed: %s", m.name, err)
         rounds = stats.next_round if stats else 0
         return RunSnapshot(elapsed_s=time.monotonic() - self.t0, rounds=rounds, members=copy.deepcopy(self.last))
+
+    def record_start(self, accuracy: dict[str, float]) -> None:
+        """Take the starting weights' held-out readings as given (version 0 of every member)."""
+        for m in self.cfg.members:
+            snap = self.last[m.name]
+            snap.accuracy, snap.accuracy_version = accuracy[m.name], 0
+            self.report_heldout(m.name, snap.accuracy, 0)
 
     def report_heldout(self, member: str, accuracy: float, version: int) -> None:
         """Share the reading with the aggregator's dashboard (a hash with a TTL; best effort)."""
@@ -249,8 +266,12 @@ def run_embedded(cfg: CohortConfig, run_dir: Path, opts: RunOptions, console: Co
         with console.status("starting servers, aggregator and trainers...") as status:
 
             def start_reading() -> None:  # held-out accuracy of the untrained cohort, before any round
-                status.update("held-out accuracy of the starting weights...")
-                history.append(reader.snapshot(force_eval=True))
+                if opts.start_accuracy is not None:
+                    reader.record_start(opts.start_accuracy)
+                    history.append(reader.snapshot())
+                else:
+                    status.update("held-out accuracy of the starting weights...")
+                    history.append(reader.snapshot(force_eval=True))
                 status.update("starting the aggregator and trainers...")
 
             start_services(cfg, run_dir, group, port, before_rounds=start_reading)

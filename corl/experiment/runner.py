@@ -66,6 +66,8 @@ def run_experiment(cohort_dir: Path, out: Path, opts: ExperimentOptions, console
     results: list[MemberResult] = []
     histories: dict[str, list[dict]] = {}
     t0 = time.monotonic()
+    # The servers' start readings: the same cohort, problems and greedy decoding in every run.
+    start_accuracy: dict[str, float] | None = None
     for seed in opts.seeds:
         before: dict[str, dict[str, float]] = {}
         if opts.base is None:
@@ -81,7 +83,10 @@ def run_experiment(cohort_dir: Path, out: Path, opts: ExperimentOptions, console
             done = run_dir / "result.json"
             if done.exists():  # finished by an earlier invocation: an interrupted experiment resumes
                 console.print(f"{mode}, seed {seed}: done earlier ({done})")
-                results += [MemberResult(**r) for r in json.loads(done.read_text())]
+                earlier = [MemberResult(**r) for r in json.loads(done.read_text())]
+                results += earlier
+                if opts.base is not None:
+                    start_accuracy = start_accuracy or {r.member: r.before["greedy_acc"] for r in earlier}
                 if seed == opts.seeds[0]:
                     histories[mode] = load_history(run_dir / "metrics.jsonl")
                 continue
@@ -101,7 +106,12 @@ def run_experiment(cohort_dir: Path, out: Path, opts: ExperimentOptions, console
                         "rounds.max_rounds": opts.rounds,
                     },
                 )
-                run_opts = RunOptions(rounds=opts.rounds, eval_every=opts.eval_every, eval_prompts=opts.eval_prompts)
+                run_opts = RunOptions(
+                    rounds=opts.rounds,
+                    eval_every=opts.eval_every,
+                    eval_prompts=opts.eval_prompts,
+                    start_accuracy=start_accuracy,
+                )
                 run = run_embedded(cfg, run_dir, run_opts, console)
             finally:
                 redis_server.close()
@@ -120,6 +130,8 @@ def run_experiment(cohort_dir: Path, out: Path, opts: ExperimentOptions, console
                     start, end = before[m], _evaluate(weights, seed, opts.eval_prompts)
                 finished.append(MemberResult(mode, seed, m, start, end, run.final[m].weight_version or 0))
             done.write_text(json.dumps([dataclasses.asdict(r) for r in finished]))
+            if opts.base is not None:
+                start_accuracy = start_accuracy or {r.member: r.before["greedy_acc"] for r in finished}
             results += finished
             _write(results, histories, out, opts)
     _write(results, histories, out, opts)

@@ -10,12 +10,14 @@ This runs synchronously; callers on an event loop run it in a worker thread.
 
 from __future__ import annotations
 
+import inspect
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 from transformers import LogitsProcessor, LogitsProcessorList, PreTrainedModel, PreTrainedTokenizerBase
+from transformers.cache_utils import DynamicCache, DynamicLayer
 
 from .nucleus import outside_nucleus
 
@@ -101,15 +103,127 @@ def sample(
 
     A completion ends at the model's end token(s) (the tokenizer's and the generation config's,
     e.g. a chat model's end-of-turn) or after the token that completes a ``stop`` string; its
-    text then excludes the end token or stop string, its token ids and log-probs include them."""
+    text then excludes the end token or stop string, its token ids and log-probs include them.
+
+    Models with a key/value cache (every attention family) decode in this module's own loop: each
+    prompt is prefilled once, not ``n`` times, and a row that has ended leaves the batch, so a
+    round costs what its live rows cost. Other caches (a state-space model's) go through
+    ``model.generate``, which decodes every row to the longest."""
     if seed is not None:
         torch.manual_seed(seed)
     enc = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
     device = next(model.parameters()).device
     input_ids = enc["input_ids"].to(device)
     attention_mask = enc["attention_mask"].to(device)
-    greedy = temperature == 0.0
     eos = end_token_ids(model, tokenizer)
+    cache = DynamicCache(config=model.config)
+    if all(isinstance(layer, DynamicLayer) for layer in cache.layers):
+        rows = _decode(model, tokenizer, input_ids, attention_mask, cache, n, max_tokens, temperature, top_p, stop, eos)
+    else:
+        rows = _generate(model, tokenizer, input_ids, attention_mask, n, max_tokens, temperature, top_p, stop, eos)
+
+    results: list[PromptCompletions] = []
+    for p in range(len(prompts)):
+        prompt_ids = input_ids[p][attention_mask[p].bool()].tolist()
+        completions = []
+        for ids, lps in rows[p * n : (p + 1) * n]:
+            finish = "length"
+            end = next((i for i, t in enumerate(ids) if t in eos), None)
+            if end is not None:
+                ids, lps, finish = ids[: end + 1], lps[: end + 1], "stop"
+            text = str(tokenizer.decode(ids, skip_special_tokens=True))
+            cut = stop_cut(tokenizer, ids, stop) if stop else None
+            if cut is not None:
+                k, text = cut
+                ids, lps, finish = ids[:k], lps[:k], "stop"
+            completions.append(Completion(text, ids, lps, finish))
+        results.append(PromptCompletions(prompt_ids, completions))
+    return results
+
+
+_Rows = list[tuple[list[int], list[float]]]  # per completion row: sampled token ids, their log-probs
+
+
+def _forward(model: PreTrainedModel, ids: torch.Tensor, mask: torch.Tensor, cache: DynamicCache) -> torch.Tensor:
+    """Next-token logits (rows, vocab) for ``ids`` appended to ``cache``; left padding: positions
+    count the real tokens of each row."""
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, -ids.shape[1] :]
+    kwargs = {cache_argument(model): cache, "use_cache": True, "logits_to_keep": 1}
+    out = model(input_ids=ids, attention_mask=mask, position_ids=positions, **kwargs)
+    return out.logits[:, -1, :]
+
+
+def cache_argument(model: PreTrainedModel) -> str:
+    """The name the model's ``forward`` takes its key/value cache by: ``cache`` since transformers 5,
+    ``past_key_values`` before (the vLLM environment's transformers). A wrong name vanishes into
+    ``**kwargs`` and every step would then see only its one new token."""
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
+def _decode(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    input_ids: torch.Tensor,
+    mask: torch.Tensor,
+    cache: DynamicCache,
+    n: int,
+    max_tokens: int,
+    temperature: float,
+    top_p: float,
+    stop: Sequence[str],
+    eos: list[int],
+) -> _Rows:
+    greedy = temperature == 0.0
+    shape = None if greedy else _Sampling(temperature, top_p)
+    logits = _forward(model, input_ids, mask, cache)  # one prefill per prompt, then n rows each
+    if n > 1:
+        cache.batch_repeat_interleave(n)
+        logits, mask = logits.repeat_interleave(n, 0), mask.repeat_interleave(n, 0)
+    rows: _Rows = [([], []) for _ in range(logits.shape[0])]
+    live = list(range(len(rows)))  # rows still decoding, in batch order
+    end_ids = torch.tensor(eos, device=logits.device)
+    window = max((len(s) for s in stop), default=0) + 2  # tokens enough to hold a stop string just completed
+    for step in range(max_tokens):
+        scores = logits.float() if shape is None else shape(None, logits.float())  # type: ignore[arg-type]
+        logp = scores.log_softmax(-1)
+        tokens = scores.argmax(-1) if greedy else torch.multinomial(logp.exp(), 1).squeeze(-1)
+        token_logps = logp.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+        ended = torch.isin(tokens, end_ids).tolist()
+        for j, (r, t, lp) in enumerate(zip(live, tokens.tolist(), token_logps.tolist(), strict=True)):
+            ids, lps = rows[r]
+            ids.append(t)
+            lps.append(lp)
+            if stop and not ended[j]:
+                tail = str(tokenizer.decode(ids[-window:], skip_special_tokens=True))
+                ended[j] = any(s in tail for s in stop)
+        keep = [j for j, e in enumerate(ended) if not e]
+        if not keep or step == max_tokens - 1:
+            break
+        if len(keep) < len(live):  # ended rows leave the batch (and the cache)
+            index = torch.tensor(keep, device=logits.device)
+            cache.batch_select_indices(index)
+            mask, tokens = mask[index], tokens[index]
+            live = [live[j] for j in keep]
+        mask = torch.cat([mask, mask.new_ones(mask.shape[0], 1)], dim=1)
+        logits = _forward(model, tokens.unsqueeze(-1), mask, cache)
+    return rows
+
+
+def _generate(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    n: int,
+    max_tokens: int,
+    temperature: float,
+    top_p: float,
+    stop: Sequence[str],
+    eos: list[int],
+) -> _Rows:
+    """``model.generate`` with this module's sampling distribution and log-prob recording; rows run
+    to the longest (ended rows are padded, and trimmed by the caller)."""
+    greedy = temperature == 0.0
     recorder = _TokenLogProbs()
     processors = [] if greedy else [_Sampling(temperature, top_p)]
     gen_kwargs: dict = dict(
@@ -134,27 +248,7 @@ def sample(
     out = model.generate(input_ids=input_ids, attention_mask=attention_mask, **gen_kwargs)  # type: ignore[operator]
     new_tokens = out.sequences[:, input_ids.shape[1] :]
     token_logprobs = recorder.finish(new_tokens)
-
-    results: list[PromptCompletions] = []
-    for p in range(len(prompts)):
-        mask = attention_mask[p].bool()
-        prompt_ids = input_ids[p][mask].tolist()
-        completions = []
-        for row in range(p * n, (p + 1) * n):
-            ids = new_tokens[row].tolist()
-            lps = token_logprobs[row].tolist()
-            finish = "length"
-            end = next((i for i, t in enumerate(ids) if t in eos), None)
-            if end is not None:
-                ids, lps, finish = ids[: end + 1], lps[: end + 1], "stop"
-            text = str(tokenizer.decode(ids, skip_special_tokens=True))
-            cut = stop_cut(tokenizer, ids, stop) if stop else None
-            if cut is not None:
-                k, text = cut
-                ids, lps, finish = ids[:k], lps[:k], "stop"
-            completions.append(Completion(text, ids, lps, finish))
-        results.append(PromptCompletions(prompt_ids, completions))
-    return results
+    return list(zip(new_tokens.tolist(), token_logprobs.tolist(), strict=True))
 
 
 def end_token_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> list[int]:

@@ -208,6 +208,9 @@ def test_corl_eval_through_the_servers(cohort: Path, tmp_path: Path) -> None:
     for r in doc["members"].values():
         assert r["n"] == 24 and r["weight_version"] == 0
         assert 0.0 <= r["pass@1"] <= 1.0 and 0.0 <= r["maj@4"] <= 1.0 and 1.0 <= r["distinct"] <= 4.0
+    assert len(doc["kappa"]) == len(names) * (len(names) - 1) // 2  # every pair's error overlap
+    assert all(v is None or -1.0 <= v <= 1.0 for v in doc["kappa"].values())
+    assert "Cohen's kappa" in res.stdout
     assert "48/48" in res.stdout  # each bar counts the greedy pass and the sampled pass over the 24 problems
     assert all(f"{n}: 24/48" in res.stdout for n in names)  # not a terminal: a progress line per request
     assert leftovers(cohort) == [], "servers left behind"
@@ -224,8 +227,13 @@ def test_corl_experiment_from_a_config_reads_accuracy_through_the_servers(cohort
     assert "before_greedy_acc" in header and len(body) == 2 * len(names_of(cohort))  # none is not a run here
     assert {r["mode"] for r in body} == {"ground_truth", "self_vote"}
     for r in body:
-        assert int(r["steps"]) >= 1 and 0.0 <= float(r["after_greedy_acc"]) <= 1.0  # a step whose groups tie is skipped
+        # steps are the versions the member's trainer published (a batch whose groups all tie trains
+        # nothing: at this cohort's size a member can draw 4 different answers to every prompt)
+        log = (out / "runs" / f"{r['mode']}-seed0" / "logs" / f"trainer-{r['member']}.log").read_text()
+        assert int(r["steps"]) == log.count(f"published {r['member']} version"), r
+        assert 0.0 <= float(r["after_greedy_acc"]) <= 1.0
         assert r["after_maj@8_acc"] == ""  # not measured through the servers: left blank, not invented
+    assert sum(int(r["steps"]) for r in body if r["mode"] == "ground_truth") >= 1, body
     # Every run of a seed starts from the same weights: the start readings agree.
     for name in names_of(cohort):
         assert len({r["before_greedy_acc"] for r in body if r["member"] == name}) == 1

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from corl.cohort.metrics import accuracy, answer_entropy, distinct_count, majority_vote, mean
+from corl.cohort.metrics import accuracy, answer_entropy, cohen_kappa, distinct_count, majority_vote, mean
 
 
 @pytest.mark.parametrize(
@@ -57,3 +57,22 @@ def test_accuracy_counts_only_valid_matches() -> None:
 
 def test_mean() -> None:
     assert mean([1.0, 2.0, 6.0]) == 3.0 and mean([]) == 0.0
+
+
+def test_cohen_kappa_is_one_for_the_same_errors_zero_for_independent_ones_and_negative_for_opposite() -> None:
+    a = [True, True, False, False]
+    assert cohen_kappa(a, a) == pytest.approx(1.0)
+    assert cohen_kappa(a, [not x for x in a]) == pytest.approx(-1.0)
+    # Right on half of each other's: observed agreement 0.5 is exactly chance (0.5 * 0.5 * 2).
+    assert cohen_kappa(a, [True, False, True, False]) == pytest.approx(0.0)
+    # 8 problems, accuracies 0.5 and 0.25, agreeing on 6: (0.75 - 0.5) / 0.5.
+    b = [True, True, True, True, False, False, False, False]
+    c = [True, True, False, False, False, False, False, False]
+    assert cohen_kappa(b, c) == pytest.approx(0.5)
+
+
+def test_cohen_kappa_is_undefined_when_chance_agreement_is_total_and_refuses_unequal_lengths() -> None:
+    assert cohen_kappa([True, True], [True, True]) is None
+    assert cohen_kappa([], []) is None
+    with pytest.raises(ValueError):
+        cohen_kappa([True], [True, False])

@@ -33,3 +33,46 @@ def test_an_interrupted_run_is_not_recorded_and_stops_the_experiment(
         runner.run_experiment(tmp_path, tmp_path / "out", opts, Console(quiet=True))
     assert [r.name for r in runs] == ["ground_truth-seed0"]  # self_vote never started
     assert not list((tmp_path / "out").rglob("result.json"))
+
+
+def test_later_runs_take_the_first_runs_start_reading_and_a_resumed_experiment_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The starting cohort, held-out problems and greedy decoding are the same in every run of an
+    experiment: the first run reads them through its servers, the others record that reading."""
+    import json
+
+    from corl.embedded.progress import MemberSnapshot
+
+    given: list[dict | None] = []
+
+    def finished_run(cfg: object, run_dir: Path, opts: runner.RunOptions, console: Console) -> RunResult:
+        given.append(opts.start_accuracy)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        start = opts.start_accuracy or {"a": 0.25, "b": 0.5}  # what the servers read in the first run
+        rows = [
+            {"members": {m: {"accuracy": start[m], "accuracy_version": 0, "distinct_answers": 2.0} for m in "ab"}},
+            {"members": {m: {"accuracy": 0.75, "accuracy_version": 4, "distinct_answers": 1.0} for m in "ab"}},
+        ]
+        (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        final = {m: MemberSnapshot(weight_version=4) for m in "ab"}
+        return RunResult(run_dir, 4, final, run_dir / "metrics.jsonl")
+
+    monkeypatch.setattr(runner, "start_redis", lambda d: SimpleNamespace(url="redis://x", close=lambda: None))
+    monkeypatch.setattr(runner, "embedded_config", lambda *a, **k: None)
+    monkeypatch.setattr(runner, "run_embedded", finished_run)
+    monkeypatch.setattr(runner, "plot_curves", lambda *a, **k: None)
+    base = parse_config({"members": MEMBERS})
+    out = tmp_path / "out"
+    runner.run_experiment(
+        tmp_path, out, runner.ExperimentOptions(modes=["ground_truth"], base=base), Console(quiet=True)
+    )
+    opts = runner.ExperimentOptions(modes=["ground_truth", "self_vote"], seeds=[0, 1], base=base)
+    results = runner.run_experiment(tmp_path, out, opts, Console(quiet=True))  # resumed: ground_truth seed 0 done
+    assert given == [None, {"a": 0.25, "b": 0.5}, {"a": 0.25, "b": 0.5}, {"a": 0.25, "b": 0.5}]
+    assert {(r.mode, r.seed, r.member, r.before["greedy_acc"]) for r in results} == {
+        (mode, seed, m, acc)
+        for mode in ("ground_truth", "self_vote")
+        for seed in (0, 1)
+        for m, acc in (("a", 0.25), ("b", 0.5))
+    }

@@ -107,6 +107,9 @@ class PolicyTrainer:
         rewards = torch.tensor([s.reward for _, s in rows], dtype=torch.float32)
         adv = group_advantages(rewards, [g.group_id for g, _ in rows], scale_rewards=tc.scale_rewards)
         kept = [i for i, k in enumerate(adv.keep.tolist()) if k]
+        # Within a group, shortest answers first: micro-batches then hold answers of like length and
+        # each is cut to its own longest (``_micro_batches``). A group's rows are interchangeable.
+        kept.sort(key=lambda i: (rows[i][0].group_id, len(rows[i][1].response_token_ids)))
         mean_reward = float(rewards.mean())
         if not kept:
             return StepStats(
@@ -118,34 +121,34 @@ class PolicyTrainer:
         mask, old = packed.response_mask.to(self.device), packed.old_logps.to(self.device)
         n, t = ids.size(0), packed.response_len
         ref = self._ref_logps(ids, attn, t, sp) if tc.beta > 0 else None
-        micro = tc.micro_batch_size or n
-        chunks = [slice(i, min(i + micro, n)) for i in range(0, n, micro)]
+        chunks = _micro_batches(mask, tc.micro_batch_size or n)
         total_tokens = float(mask.sum())
         stats: dict[str, float] = {}
         grad_norm = torch.tensor(0.0)
         for _ in range(tc.steps_per_batch):
             self.optimizer.zero_grad(set_to_none=True)
             acc = {"loss": 0.0, "clip": 0.0, "kl": 0.0, "ref_kl": 0.0, "ent": 0.0}
-            for sl in chunks:
+            for sl, length in chunks:
+                cut = ids.size(1) - t + length  # trailing columns are padding in every row of the chunk
                 logps, ent = response_logps(
-                    self.model, ids[sl], attn[sl], t, temperature=sp.temperature, top_p=sp.top_p
+                    self.model, ids[sl, :cut], attn[sl, :cut], length, temperature=sp.temperature, top_p=sp.top_p
                 )
                 out = policy_loss(
                     logps,
-                    old[sl],
+                    old[sl, :length],
                     advantages[sl],
-                    mask[sl],
+                    mask[sl, :length],
                     loss_type=tc.loss_type,
                     epsilon_low=tc.epsilon,
                     epsilon_high=tc.epsilon_high,
                     beta=tc.beta,
-                    ref_logps=None if ref is None else ref[sl],
+                    ref_logps=None if ref is None else ref[sl, :length],
                     max_completion_length=sp.max_tokens,
                     num_items_in_batch=total_tokens,
                 )
                 # Scale each micro-batch so their sum is the whole-batch loss of this loss type.
-                rows = sl.stop - sl.start
-                scale = 1.0 if tc.loss_type == "dapo" else (1 / len(chunks) if tc.loss_type == "bnpo" else rows / n)
+                share = (sl.stop - sl.start) / n
+                scale = 1.0 if tc.loss_type == "dapo" else (1 / len(chunks) if tc.loss_type == "bnpo" else share)
                 (out.loss * scale).backward()
                 tok_share = float(mask[sl].sum()) / max(total_tokens, 1.0)
                 acc["loss"] += float(out.loss.detach()) * scale
@@ -153,7 +156,7 @@ class PolicyTrainer:
                 acc["kl"] += out.approx_kl * tok_share
                 acc["ref_kl"] += (out.ref_kl or 0.0) * tok_share
                 assert ent is not None
-                acc["ent"] += float((ent * mask[sl]).sum()) / max(total_tokens, 1.0)
+                acc["ent"] += float((ent * mask[sl, :length]).sum()) / max(total_tokens, 1.0)
             grad_norm = torch.nn.utils.clip_grad_norm_(self.params, tc.grad_clip)
             self.optimizer.step()
             stats = acc
@@ -172,3 +175,17 @@ class PolicyTrainer:
             sequences=n,
             groups_skipped=adv.skipped_groups,
         )
+
+
+def _micro_batches(response_mask: torch.Tensor, size: int) -> list[tuple[slice, int]]:
+    """Consecutive row slices of at most ``size`` rows, each with its longest response: a chunk's
+    forward runs over that many response positions, not the whole batch's longest (short answers
+    padded to one long one would cost as much as long answers). Exact: the columns cut are padding
+    in every row of the chunk, and causal attention never lets a later position change an earlier."""
+    n = response_mask.size(0)
+    lengths = response_mask.sum(-1).long()
+    chunks = []
+    for i in range(0, n, size):
+        sl = slice(i, min(i + size, n))
+        chunks.append((sl, max(int(lengths[sl].max()), 1)))
+    return chunks

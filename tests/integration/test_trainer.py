@@ -187,22 +187,42 @@ def test_every_loss_type_trains_with_micro_batches(
 
 # bnpo is left out on purpose: like TRL it normalises by each micro-batch's own token count.
 @pytest.mark.parametrize("loss_type", ["grpo", "dr_grpo", "dapo"])
-def test_micro_batches_give_the_whole_batch_gradient(
-    tmp_path: Path, tiny_model_dir: Path, redis_url: str, loss_type: str
+def test_micro_batches_cut_to_their_own_longest_answer_give_the_whole_batch_gradient(
+    tmp_path: Path, tiny_model_dir: Path, redis_url: str, loss_type: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from corl.trainer.policy import PolicyTrainer
+    from corl.trainer import policy as policy_mod
 
     (batch,) = make_batches(tiny_model_dir, "mb", 1, prompts=3)
+    # Answers of 1 and 4 tokens in every group (sampled ones all run to max_tokens): the step orders a
+    # group's rows by length, so micro-batches of 2 hold (1, 1) and (4, 4) and the first is cut to 1.
+    for g in batch.groups:
+        for j, s in enumerate(g.samples):
+            s.response_token_ids, s.logprobs = s.response_token_ids[: 1 + 3 * (j % 2)], s.logprobs[: 1 + 3 * (j % 2)]
+    widths: list[int] = []
+    real_logps = policy_mod.response_logps
+
+    def spy(model, ids, attn, response_len, **kw):  # type: ignore[no-untyped-def]
+        widths.append(response_len)
+        return real_logps(model, ids, attn, response_len, **kw)
+
+    monkeypatch.setattr(policy_mod, "response_logps", spy)
     deltas = []
-    for micro in (None, 4):  # 12 sequences: 3 micro-batches of 4
+    for micro in (None, 2):  # 12 sequences: one forward over all, padded to 4 tokens; 6 micro-batches of 2
+        if micro is None:  # the reference: every row padded to the batch's longest answer, nothing cut
+            monkeypatch.setattr(policy_mod, "_micro_batches", lambda mask, size: [(slice(0, mask.size(0)), mask.size(1))])
+        else:
+            monkeypatch.undo()
+            monkeypatch.setattr(policy_mod, "response_logps", spy)
         cfg = make_config(
             tmp_path, tiny_model_dir, redis_url, "mb", loss_type=loss_type, micro_batch_size=micro, grad_clip=1e6
         )
-        policy = PolicyTrainer(cfg, "a", torch.device("cpu"))
+        policy = policy_mod.PolicyTrainer(cfg, "a", torch.device("cpu"))
         policy.optimizer = torch.optim.SGD(policy.params, lr=1.0)  # the update is exactly minus the gradient
         start = [p.detach().clone() for p in policy.params]
+        widths.clear()
         policy.step(batch)
         deltas.append(torch.cat([(p.detach() - s).flatten() for p, s in zip(policy.params, start, strict=True)]))
+    assert sorted(widths) == [1, 1, 1, 4, 4, 4], widths  # the short answers' micro-batches were cut
     assert deltas[0].abs().max() > 0
     torch.testing.assert_close(deltas[1], deltas[0], rtol=1e-4, atol=1e-6)
 

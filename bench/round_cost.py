@@ -24,7 +24,8 @@ Processes of a real run share the machine's cores, so a round's wall time is abo
 CPU costs over the cores. ``--before`` runs the code paths this bench was written to remove:
 sampling through ``model.generate`` (every prompt prefilled once per sample, ended rows decoded to
 the longest), one trainer forward over every row's prompt (no prompt shared by a group's samples),
-the LM head over every position in the trainer (no ``logits_to_keep``) and the LoRA swap through
+the LM head over every position in the trainer (no ``logits_to_keep``), every micro-batch padded to
+the batch's longest answer (not cut to its own) and the LoRA swap through
 PEFT after a reset of every weight from the parsed checkpoint.
 Rewards are ground truth, made to carry signal in every group (``_reward``) so that every step trains.
 """
@@ -48,20 +49,25 @@ def _before() -> Iterator[None]:
     """The pre-optimisation paths (see the module docstring), by patching their switches."""
     from corl.models import sampling
     from corl.services.model.backends.transformers import TransformersBackend
-    from corl.trainer import losses
+    from corl.trainer import losses, policy
 
     real, shares = losses._accepts, losses.shares_prompts
+    cut = policy._micro_batches
     saved = sampling.DynamicLayer
     merge = TransformersBackend._load_lora
     sampling.DynamicLayer = type("NoCacheQualifies", (), {})  # type: ignore[misc,assignment]
     losses._accepts = lambda model, name: name != "logits_to_keep" and real(model, name)  # type: ignore[assignment]
     losses.shares_prompts = lambda model: False  # type: ignore[assignment]
+    policy._micro_batches = lambda mask, size: [  # type: ignore[assignment]
+        (slice(i, min(i + size, mask.size(0))), mask.size(1)) for i in range(0, mask.size(0), size)
+    ]
     TransformersBackend._load_lora = _peft_merge  # type: ignore[method-assign]
     try:
         yield
     finally:
         sampling.DynamicLayer = saved  # type: ignore[misc]
         losses._accepts, losses.shares_prompts = real, shares  # type: ignore[assignment]
+        policy._micro_batches = cut  # type: ignore[assignment]
         TransformersBackend._load_lora = merge  # type: ignore[method-assign]
 
 

@@ -93,7 +93,7 @@ def policy_loss(
     return LossOutput(loss, _masked_mean(clipped.to(mask.dtype), mask), approx_kl, ref_kl)
 
 
-def _base(model: torch.nn.Module) -> torch.nn.Module:
+def _base(model: torch.nn.Module) -> Any:
     """The transformers model under a PEFT wrapper (which passes extra kwargs through to it)."""
     get_base = getattr(model, "get_base_model", None)
     return get_base() if callable(get_base) else model
@@ -134,7 +134,7 @@ def shares_prompts(model: torch.nn.Module) -> bool:
         checkpointing = getattr(base, "is_gradient_checkpointing", False)
     if checkpointing or not _accepts(model, "logits_to_keep"):
         return False
-    if not _accepts(model, cache_argument(base)):  # type: ignore[arg-type]
+    if not _accepts(model, cache_argument(base)):
         return False
     try:
         cache = DynamicCache(config=base.config)
@@ -160,7 +160,7 @@ def _shared_prompt_logits(
     first = [which.tolist().index(r) for r in range(distinct.size(0))]  # one row per distinct prompt
     base = _base(model)
     cache = DynamicCache(config=base.config)
-    kw = {cache_argument(base): cache, "use_cache": True}  # type: ignore[arg-type]
+    kw = {cache_argument(base): cache, "use_cache": True}
     positions = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
     head = model(
         input_ids=input_ids[first, :p],

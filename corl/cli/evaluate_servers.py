@@ -22,7 +22,7 @@ def eval_through_servers(
     from corl.config import MemberConfig
     from corl.data import load_splits
     from corl.embedded.config import embedded_config
-    from corl.embedded.evaluate import evaluate_server
+    from corl.embedded.evaluate import ServerEval, evaluate_server
     from corl.embedded.processes import ChildDied, ProcessGroup, exit_on_sigterm
     from corl.embedded.run import start_model_servers
     from corl.tasks import get_task
@@ -64,7 +64,7 @@ def eval_through_servers(
 
                 done = dict.fromkeys(bars, 0)
 
-                def run(m: MemberConfig) -> dict:
+                def run(m: MemberConfig) -> ServerEval:
                     def advance(n: int) -> None:
                         progress.advance(bars[m.name], n)
                         done[m.name] += n

@@ -209,7 +209,9 @@ def test_micro_batches_cut_to_their_own_longest_answer_give_the_whole_batch_grad
     deltas = []
     for micro in (None, 2):  # 12 sequences: one forward over all, padded to 4 tokens; 6 micro-batches of 2
         if micro is None:  # the reference: every row padded to the batch's longest answer, nothing cut
-            monkeypatch.setattr(policy_mod, "_micro_batches", lambda mask, size: [(slice(0, mask.size(0)), mask.size(1))])
+            monkeypatch.setattr(
+                policy_mod, "_micro_batches", lambda mask, size: [(slice(0, mask.size(0)), mask.size(1))]
+            )
         else:
             monkeypatch.undo()
             monkeypatch.setattr(policy_mod, "response_logps", spy)

@@ -14,7 +14,7 @@ def experiment(
     modes: str = typer.Option(
         "none,ground_truth,self_vote,peer_label,peer_agreement,peer_pool",
         "--modes",
-        help="Comma-separated reward modes.",
+        help="Comma-separated reward modes; MODE:N runs that mode on the first N seeds only (self_vote:1).",
     ),
     seeds: str = typer.Option("0", "--seeds", help="Comma-separated seeds, e.g. 0,1,2."),
     out: Path = typer.Option(Path("runs/experiment"), "--out", help="Output directory."),
@@ -53,8 +53,10 @@ def experiment(
         if not sep or not key.strip():
             raise typer.BadParameter(f"{item!r}: expected KEY=VALUE, e.g. reward.threshold=0.5", param_hint="--set")
         overrides[key.strip()] = yaml.safe_load(value)
+    names, limits = parse_modes(modes)
     opts = ExperimentOptions(
-        modes=[m.strip() for m in modes.split(",") if m.strip()],
+        modes=names,
+        seed_limits=limits,
         seeds=[int(s) for s in seeds.split(",") if s.strip()],
         rounds=rounds,
         eval_prompts=eval_prompts,
@@ -69,3 +71,19 @@ def experiment(
         raise typer.Exit(130) from None
     console.print((out / "results.md").read_text())
     console.print(f"written: {out}/summary.csv, results.md, accuracy.png, diversity.png")
+
+
+def parse_modes(spec: str) -> tuple[list[str], dict[str, int]]:
+    """``"ground_truth,peer_pool,self_vote:1"`` -> the modes in order and their seed limits."""
+    names: list[str] = []
+    limits: dict[str, int] = {}
+    for item in (part.strip() for part in spec.split(",")):
+        if not item:
+            continue
+        name, sep, count = item.partition(":")
+        if sep and not (count.isdigit() and int(count) >= 1):
+            raise typer.BadParameter(f"{item!r}: expected MODE or MODE:N with N >= 1 seeds", param_hint="--modes")
+        names.append(name)
+        if sep:
+            limits[name] = int(count)
+    return names, limits

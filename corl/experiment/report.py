@@ -78,9 +78,12 @@ def markdown_table(
     greedy, distinct = cohort_means(results, "greedy_acc"), cohort_means(results, "distinct")
     maj = cohort_means(results, "maj@8_acc")
     before_distinct = cohort_means(results, "distinct", "before")
-    seeds = len(next(iter(greedy.values()), []))
+    counts = {mode: len(vals) for mode, vals in greedy.items()}
+    seeds = next(iter(counts.values()), 0)
+    same = len(set(counts.values())) <= 1  # else each row says how many seeds it averages
+    label = f"{seeds} seed{'s' if seeds != 1 else ''}" if same else "seeds"
     lines = [
-        f"| reward ({seeds} seed{'s' if seeds != 1 else ''}) | cohort mean greedy after | maj@8 after | "
+        f"| reward ({label}) | cohort mean greedy after | maj@8 after | "
         f"{distinct_header} | share of ground-truth gain |",
         "|---|---|---|---|---|",
     ]
@@ -97,7 +100,8 @@ def markdown_table(
             valid = [g for g in per_seed if g is not None]
             share = _fmt([100 * g for g in valid], ".0f") + "%" if valid else "n/a (no ground-truth gain)"
         cells = [_fmt(greedy[mode]), _fmt(maj[mode]) if mode in maj else "-", _fmt(distinct[mode], ".2f")]
-        lines.append(f"| {mode} | {' | '.join(cells)} | {share} |")
+        name = mode if same else f"{mode} ({counts[mode]})"
+        lines.append(f"| {name} | {' | '.join(cells)} | {share} |")
     return "\n".join(lines) + "\n"
 
 

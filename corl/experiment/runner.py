@@ -30,6 +30,9 @@ class ExperimentOptions:
     eval_prompts: int = 200
     eval_every: int = 10
     overrides: dict = dataclasses.field(default_factory=dict)  # dotted config keys set in every run
+    # mode -> how many of ``seeds`` (the first ones) it runs; unlisted modes run every seed. A baseline
+    # whose outcome is known (self_vote collapses) need not cost as many runs as the modes compared.
+    seed_limits: dict[str, int] = dataclasses.field(default_factory=dict)
     # A user's config (its members, task and sampling): every run starts from it, and accuracy is read
     # through the servers (greedy, held-out split) at the start and at the end of each run.
     base: CohortConfig | None = None
@@ -68,12 +71,14 @@ def run_experiment(cohort_dir: Path, out: Path, opts: ExperimentOptions, console
     t0 = time.monotonic()
     # The servers' start readings: the same cohort, problems and greedy decoding in every run.
     start_accuracy: dict[str, float] | None = None
-    for seed in opts.seeds:
+    for seed_index, seed in enumerate(opts.seeds):
         before: dict[str, dict[str, float]] = {}
         if opts.base is None:
             with console.status(f"seed {seed}: evaluating the starting cohort"):
                 before = {m: _evaluate(cohort_dir / m, seed, opts.eval_prompts) for m in members}
         for mode in opts.modes:
+            if seed_index >= opts.seed_limits.get(mode, len(opts.seeds)):
+                continue
             if mode == "none":
                 if opts.base is not None:
                     continue  # the runs' own start readings are the untrained cohort

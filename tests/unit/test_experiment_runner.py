@@ -35,19 +35,18 @@ def test_an_interrupted_run_is_not_recorded_and_stops_the_experiment(
     assert not list((tmp_path / "out").rglob("result.json"))
 
 
-def test_later_runs_take_the_first_runs_start_reading_and_a_resumed_experiment_too(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The starting cohort, held-out problems and greedy decoding are the same in every run of an
-    experiment: the first run reads them through its servers, the others record that reading."""
+@pytest.fixture
+def finished_runs(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, dict | None]]:
+    """Runs that finish at once: (run directory name, start readings it was given), in order. The
+    first run reads a=0.25, b=0.5 at version 0; every run ends at 0.75 at version 4."""
     import json
 
     from corl.embedded.progress import MemberSnapshot
 
-    given: list[dict | None] = []
+    runs: list[tuple[str, dict | None]] = []
 
     def finished_run(cfg: object, run_dir: Path, opts: runner.RunOptions, console: Console) -> RunResult:
-        given.append(opts.start_accuracy)
+        runs.append((run_dir.name, opts.start_accuracy))
         run_dir.mkdir(parents=True, exist_ok=True)
         start = opts.start_accuracy or {"a": 0.25, "b": 0.5}  # what the servers read in the first run
         rows = [
@@ -62,6 +61,14 @@ def test_later_runs_take_the_first_runs_start_reading_and_a_resumed_experiment_t
     monkeypatch.setattr(runner, "embedded_config", lambda *a, **k: None)
     monkeypatch.setattr(runner, "run_embedded", finished_run)
     monkeypatch.setattr(runner, "plot_curves", lambda *a, **k: None)
+    return runs
+
+
+def test_later_runs_take_the_first_runs_start_reading_and_a_resumed_experiment_too(
+    tmp_path: Path, finished_runs: list[tuple[str, dict | None]]
+) -> None:
+    """The starting cohort, held-out problems and greedy decoding are the same in every run of an
+    experiment: the first run reads them through its servers, the others record that reading."""
     base = parse_config({"members": MEMBERS})
     out = tmp_path / "out"
     runner.run_experiment(
@@ -69,10 +76,41 @@ def test_later_runs_take_the_first_runs_start_reading_and_a_resumed_experiment_t
     )
     opts = runner.ExperimentOptions(modes=["ground_truth", "self_vote"], seeds=[0, 1], base=base)
     results = runner.run_experiment(tmp_path, out, opts, Console(quiet=True))  # resumed: ground_truth seed 0 done
-    assert given == [None, {"a": 0.25, "b": 0.5}, {"a": 0.25, "b": 0.5}, {"a": 0.25, "b": 0.5}]
+    assert [given for _, given in finished_runs] == [None] + [{"a": 0.25, "b": 0.5}] * 3
     assert {(r.mode, r.seed, r.member, r.before["greedy_acc"]) for r in results} == {
         (mode, seed, m, acc)
         for mode in ("ground_truth", "self_vote")
         for seed in (0, 1)
         for m, acc in (("a", 0.25), ("b", 0.5))
     }
+
+
+def test_a_mode_limited_to_fewer_seeds_runs_only_its_first_ones_and_the_table_says_so(
+    tmp_path: Path, finished_runs: list[tuple[str, dict | None]]
+) -> None:
+    from corl.cli.experiment import parse_modes
+
+    modes, limits = parse_modes("ground_truth, self_vote:1")
+    assert (modes, limits) == (["ground_truth", "self_vote"], {"self_vote": 1})
+    opts = runner.ExperimentOptions(
+        modes=modes, seeds=[3, 4, 5], seed_limits=limits, base=parse_config({"members": MEMBERS})
+    )
+    runner.run_experiment(tmp_path, tmp_path / "out", opts, Console(quiet=True))
+    assert [name for name, _ in finished_runs] == [
+        "ground_truth-seed3",
+        "self_vote-seed3",
+        "ground_truth-seed4",
+        "ground_truth-seed5",
+    ]
+    table = (tmp_path / "out" / "results.md").read_text()
+    assert "| ground_truth (3) |" in table and "| self_vote (1) |" in table
+
+
+@pytest.mark.parametrize("spec", ["self_vote:0", "self_vote:x", "self_vote:"])
+def test_a_bad_seed_limit_is_refused(spec: str) -> None:
+    import typer
+
+    from corl.cli.experiment import parse_modes
+
+    with pytest.raises(typer.BadParameter, match="MODE:N"):
+        parse_modes(spec)

@@ -1,7 +1,8 @@
 """Pure reward and diagnostics math for peer-rewarded cohort training (no I/O).
 
-- ``modes``: the one table of reward modes (name -> pure function).
-- ``votes``: pseudo-labels and vote-style rewards (peer_label, peer_agreement, baselines).
+- ``modes``: the one table of reward modes (name -> pure function) and ``compute_rewards``.
+- ``inputs``: what a reward function reads and returns; pluralities and pseudo-labels.
+- ``votes``: vote-style rewards (peer_label, peer_agreement, peer_pool, baselines).
 - ``judge``: robust, reliability-weighted combination of judge grades (peer_judge).
 - ``reliability``: online grader weights with probation and quarantine.
 - ``diagnostics``: diversity, agreement, label accuracy and the collapse alarm.
@@ -21,8 +22,9 @@ from corl.rewards.diagnostics import (
     majority_ratio,
     reward_accuracy,
 )
+from corl.rewards.inputs import Answers, RewardInputs, RewardOutcome, plurality, pseudo_label
 from corl.rewards.judge import combine_grades, judge_rewards, weighted_median, weighted_trimmed_mean
-from corl.rewards.modes import PEER_VOTE_MODES, REWARD_MODES, RewardMode
+from corl.rewards.modes import PEER_VOTE_MODES, REWARD_MODES, RewardMode, compute_rewards
 from corl.rewards.reliability import (
     GraderReliability,
     chance_corrected_agreement,
@@ -31,15 +33,7 @@ from corl.rewards.reliability import (
     peer_votes_reliability_update,
 )
 from corl.rewards.round import MemberOutcome, RoundOutcome, grade_round
-from corl.rewards.votes import (
-    Answers,
-    RewardInputs,
-    RewardOutcome,
-    compute_rewards,
-    plurality,
-    pseudo_label,
-    supervisors,
-)
+from corl.rewards.votes import supervisors
 
 __all__ = [
     "collapse_round",

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from .votes import plurality, pseudo_label
+from .inputs import plurality, pseudo_label
 
 
 @dataclass(frozen=True)

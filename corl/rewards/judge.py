@@ -7,10 +7,9 @@ weight 0 has no say (fail closed: an unknown grader must be registered before it
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Literal, cast
+from typing import Literal, cast
 
-if TYPE_CHECKING:
-    from .votes import RewardInputs, RewardOutcome
+from .inputs import RewardInputs, RewardOutcome, check_shapes
 
 CombineMethod = Literal["mean", "median", "trimmed_mean"]
 
@@ -103,9 +102,7 @@ def peer_judge_rewards(inp: RewardInputs) -> RewardOutcome:
     """``peer_judge``: each response's reward is its peers' (and external graders') judge scores,
     combined with their learnt reliabilities (``judge_rewards``). A prompt counts as labelled for a
     member when some grader other than the member scored one of its samples."""
-    from .votes import RewardOutcome, _check_shapes
-
-    _check_shapes(inp.answers, inp.members)
+    check_shapes(inp.answers, inp.members)
     if inp.grades is None:
         raise ValueError("peer_judge needs the round's grades")
     method = cast(CombineMethod, inp.judge_combine)

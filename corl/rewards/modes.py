@@ -7,16 +7,15 @@ the invariant tests all read this table; adding a mode is one entry here and its
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import get_args
+from typing import Literal, get_args
 
 from corl.proto import RewardModeName
 
+from .inputs import Answers, RewardInputs, RewardOutcome
 from .judge import peer_judge_rewards
 from .votes import (
-    RewardInputs,
-    RewardOutcome,
     ground_truth_rewards,
     no_rewards,
     peer_agreement_rewards,
@@ -104,3 +103,35 @@ def markdown_table() -> str:
         name = f"`{m.name}`" + (" (default)" if m.name == default else "")
         rows.append(f"| {name} | {m.description} | {'yes' if m.uses_labels else 'no'} |")
     return "\n".join(rows)
+
+
+def compute_rewards(
+    mode: str,
+    answers: Answers,
+    *,
+    members: Sequence[str] | None = None,
+    threshold: float = 0.0,
+    topology: Literal["all", "ring"] = "all",
+    order: Sequence[str] | None = None,
+    reliability: Mapping[str, float] | None = None,
+    dataset_answers: Sequence[str | None] | None = None,
+) -> RewardOutcome:
+    """Per-sample rewards for ``members`` (default: every member in ``answers``) from one round of
+    answers, by a vote mode of ``REWARD_MODES``. Every member in ``answers``
+    votes (frozen members too). ``reliability`` (member -> weight, default 1.0) weighs
+    ``peer_agreement`` votes. ``dataset_answers`` reaches only modes that use labels."""
+    spec = REWARD_MODES.get(mode)  # type: ignore[call-overload]
+    if spec is None or spec.judged:
+        hint = "; peer_judge rewards come from judge_rewards()" if mode == "peer_judge" else ""
+        vote = [m for m, s in REWARD_MODES.items() if not s.judged]
+        raise ValueError(f"unknown vote reward mode {mode!r}; expected one of {vote}{hint}")
+    inp = RewardInputs(
+        answers=answers,
+        members=list(members) if members is not None else list(answers),
+        threshold=threshold,
+        topology=topology,
+        order=order,
+        reliability=reliability,
+        dataset_answers=dataset_answers if spec.uses_labels else None,
+    )
+    return spec.fn(inp)

@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
+from corl.rewards.inputs import plurality
 from corl.rewards.judge import weighted_median
-from corl.rewards.votes import plurality
 
 if TYPE_CHECKING:
     from corl.config import ReliabilityConfig

@@ -24,9 +24,9 @@ from .diagnostics import (
     majority_ratio,
     reward_accuracy,
 )
+from .inputs import Answers, RewardInputs
 from .modes import REWARD_MODES, RewardMode
 from .reliability import grade_agreements, peer_vote_agreements, vote_grounded_agreements
-from .votes import Answers, RewardInputs
 
 Grades = Mapping[str, Sequence[Sequence[Mapping[str, float]]]]  # author -> [prompt][sample] -> {grader: score}
 

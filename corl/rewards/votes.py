@@ -7,58 +7,10 @@ Dataset answers are read by the ``ground_truth`` baseline and nowhere else.
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Literal
 
-Answers = Mapping[str, Sequence[Sequence[str | None]]]
-"""member -> [prompt][sample] canonical answers; ``None`` marks an unparseable sample."""
-
-
-@dataclass(frozen=True)
-class RewardOutcome:
-    """Rewards of one round plus the labels behind them (for diagnostics and graded batches)."""
-
-    rewards: dict[str, list[list[float]]]  # member -> [prompt][sample]
-    labels: dict[str, list[str | None]]  # member -> supervision label per prompt (None: no label)
-    pseudo_labels: dict[str, list[str | None]]  # member -> plurality of its own samples per prompt
-
-
-def plurality(votes: Sequence[str | None]) -> str | None:
-    """The most frequent valid vote; ``None`` when there is none or the top is tied."""
-    counts = Counter(v for v in votes if v is not None)
-    if not counts:
-        return None
-    top = counts.most_common(2)
-    if len(top) == 2 and top[0][1] == top[1][1]:
-        return None
-    return top[0][0]
-
-
-def pseudo_label(answers: Sequence[str | None], threshold: float = 0.0) -> str | None:
-    """A member's own label for one prompt: the plurality of its valid answers.
-
-    ``None`` when no answer is valid, when the top is tied, or when the winner's share of *all*
-    G samples (unparseable ones included, so a mostly-broken group cannot be confident) is below
-    ``threshold``.
-    """
-    label = plurality(answers)
-    if label is None or not answers:
-        return None
-    if threshold > 0.0 and sum(1 for a in answers if a == label) / len(answers) < threshold:
-        return None
-    return label
-
-
-def _check_shapes(answers: Answers, members: Sequence[str]) -> int:
-    missing = [m for m in members if m not in answers]
-    if missing:
-        raise ValueError(f"members {missing} have no answers; answers hold {list(answers)}")
-    sizes = {m: len(a) for m, a in answers.items()}
-    if len(set(sizes.values())) > 1:
-        raise ValueError(f"every member must answer the same prompts; prompts per member: {sizes}")
-    return next(iter(sizes.values()), 0)
+from .inputs import Answers, RewardInputs, RewardOutcome, check_shapes, plurality, pseudo_label
 
 
 def supervisors(
@@ -114,30 +66,6 @@ def _agreement_rewards(
     return rewards
 
 
-@dataclass(frozen=True)
-class RewardInputs:
-    """Everything a reward function may read about one round. ``dataset_answers`` is filled only for
-    modes that use labels (``REWARD_MODES[mode].uses_labels``); ``grades`` only for judged modes."""
-
-    answers: Answers  # every member present this round (frozen ones vote too)
-    members: Sequence[str]  # who gets rewards
-    threshold: float = 0.0
-    topology: Literal["all", "ring"] = "all"
-    order: Sequence[str] | None = None
-    reliability: Mapping[str, float] | None = None
-    dataset_answers: Sequence[str | None] | None = None
-    grades: Mapping[str, Sequence[Sequence[Mapping[str, float]]]] | None = None
-    judge_combine: str = "mean"
-    judge_trim: float = 0.2
-
-    @property
-    def n_prompts(self) -> int:
-        return _check_shapes(self.answers, self.members)
-
-    def pseudo(self) -> dict[str, list[str | None]]:
-        return {m: [pseudo_label(s, self.threshold) for s in self.answers[m]] for m in self.answers}
-
-
 def _outcome(inp: RewardInputs, rewards: dict, labels: dict, pseudo: dict | None = None) -> RewardOutcome:
     return RewardOutcome(rewards=rewards, labels=labels, pseudo_labels=pseudo if pseudo is not None else inp.pseudo())
 
@@ -187,7 +115,7 @@ def peer_pool_rewards(inp: RewardInputs) -> RewardOutcome:
 
 def self_vote_rewards(inp: RewardInputs) -> RewardOutcome:
     """Baseline (TTRL-style, collapses): 1 if the sample equals the member's own pseudo-label."""
-    _check_shapes(inp.answers, inp.members)
+    check_shapes(inp.answers, inp.members)
     pseudo = inp.pseudo()
     labels = {m: list(pseudo[m]) for m in inp.members}
     rewards = {m: [_match(s, lab) for s, lab in zip(inp.answers[m], pseudo[m], strict=True)] for m in inp.members}
@@ -212,37 +140,3 @@ def no_rewards(inp: RewardInputs) -> RewardOutcome:
     n = inp.n_prompts
     labels: dict[str, list[str | None]] = {m: [None] * n for m in inp.members}
     return _outcome(inp, {m: [[0.0] * len(s) for s in inp.answers[m]] for m in inp.members}, labels)
-
-
-def compute_rewards(
-    mode: str,
-    answers: Answers,
-    *,
-    members: Sequence[str] | None = None,
-    threshold: float = 0.0,
-    topology: Literal["all", "ring"] = "all",
-    order: Sequence[str] | None = None,
-    reliability: Mapping[str, float] | None = None,
-    dataset_answers: Sequence[str | None] | None = None,
-) -> RewardOutcome:
-    """Per-sample rewards for ``members`` (default: every member in ``answers``) from one round of
-    answers, by a vote mode of ``corl.rewards.modes.REWARD_MODES``. Every member in ``answers``
-    votes (frozen members too). ``reliability`` (member -> weight, default 1.0) weighs
-    ``peer_agreement`` votes. ``dataset_answers`` reaches only modes that use labels."""
-    from .modes import REWARD_MODES
-
-    spec = REWARD_MODES.get(mode)  # type: ignore[call-overload]
-    if spec is None or spec.judged:
-        hint = "; peer_judge rewards come from judge_rewards()" if mode == "peer_judge" else ""
-        vote = [m for m, s in REWARD_MODES.items() if not s.judged]
-        raise ValueError(f"unknown vote reward mode {mode!r}; expected one of {vote}{hint}")
-    inp = RewardInputs(
-        answers=answers,
-        members=list(members) if members is not None else list(answers),
-        threshold=threshold,
-        topology=topology,
-        order=order,
-        reliability=reliability,
-        dataset_answers=dataset_answers if spec.uses_labels else None,
-    )
-    return spec.fn(inp)

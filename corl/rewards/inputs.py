@@ -1,0 +1,81 @@
+"""What every reward function reads and returns, and the votes they share: the one module that
+``votes``, ``judge`` and the mode table (``modes``) all import, and that imports none of them."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+Answers = Mapping[str, Sequence[Sequence[str | None]]]
+"""member -> [prompt][sample] canonical answers; ``None`` marks an unparseable sample."""
+
+
+@dataclass(frozen=True)
+class RewardOutcome:
+    """Rewards of one round plus the labels behind them (for diagnostics and graded batches)."""
+
+    rewards: dict[str, list[list[float]]]  # member -> [prompt][sample]
+    labels: dict[str, list[str | None]]  # member -> supervision label per prompt (None: no label)
+    pseudo_labels: dict[str, list[str | None]]  # member -> plurality of its own samples per prompt
+
+
+def plurality(votes: Sequence[str | None]) -> str | None:
+    """The most frequent valid vote; ``None`` when there is none or the top is tied."""
+    counts = Counter(v for v in votes if v is not None)
+    if not counts:
+        return None
+    top = counts.most_common(2)
+    if len(top) == 2 and top[0][1] == top[1][1]:
+        return None
+    return top[0][0]
+
+
+def pseudo_label(answers: Sequence[str | None], threshold: float = 0.0) -> str | None:
+    """A member's own label for one prompt: the plurality of its valid answers.
+
+    ``None`` when no answer is valid, when the top is tied, or when the winner's share of *all*
+    G samples (unparseable ones included, so a mostly-broken group cannot be confident) is below
+    ``threshold``.
+    """
+    label = plurality(answers)
+    if label is None or not answers:
+        return None
+    if threshold > 0.0 and sum(1 for a in answers if a == label) / len(answers) < threshold:
+        return None
+    return label
+
+
+def check_shapes(answers: Answers, members: Sequence[str]) -> int:
+    missing = [m for m in members if m not in answers]
+    if missing:
+        raise ValueError(f"members {missing} have no answers; answers hold {list(answers)}")
+    sizes = {m: len(a) for m, a in answers.items()}
+    if len(set(sizes.values())) > 1:
+        raise ValueError(f"every member must answer the same prompts; prompts per member: {sizes}")
+    return next(iter(sizes.values()), 0)
+
+
+@dataclass(frozen=True)
+class RewardInputs:
+    """Everything a reward function may read about one round. ``dataset_answers`` is filled only for
+    modes that use labels (``REWARD_MODES[mode].uses_labels``); ``grades`` only for judged modes."""
+
+    answers: Answers  # every member present this round (frozen ones vote too)
+    members: Sequence[str]  # who gets rewards
+    threshold: float = 0.0
+    topology: Literal["all", "ring"] = "all"
+    order: Sequence[str] | None = None
+    reliability: Mapping[str, float] | None = None
+    dataset_answers: Sequence[str | None] | None = None
+    grades: Mapping[str, Sequence[Sequence[Mapping[str, float]]]] | None = None
+    judge_combine: str = "mean"
+    judge_trim: float = 0.2
+
+    @property
+    def n_prompts(self) -> int:
+        return check_shapes(self.answers, self.members)
+
+    def pseudo(self) -> dict[str, list[str | None]]:
+        return {m: [pseudo_label(s, self.threshold) for s in self.answers[m]] for m in self.answers}

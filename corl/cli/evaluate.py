@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from .logs import quiet_transformers
+from .preflight import FORCE_HELP, MEMORY_HELP
 
 
 def eval_cohort(
@@ -48,6 +49,8 @@ def eval_cohort(
         int | None, typer.Option(help="Seed of the task's splits; default: the cohort's (its manifest), else 0.")
     ] = None,
     max_tokens: Annotated[int | None, typer.Option(help="New tokens per answer; default: the task's.")] = None,
+    force: Annotated[bool, typer.Option("--force", help="With --config: " + FORCE_HELP)] = False,
+    memory: Annotated[str | None, typer.Option("--memory", help="With --config: " + MEMORY_HELP)] = None,
 ) -> None:
     """Greedy, temperature-1 and majority@k accuracy, distinct answers and answer entropy per member.
 
@@ -60,7 +63,16 @@ def eval_cohort(
             raise typer.BadParameter(f"{split!r}: expected 'eval' or 'all'", param_hint="--split")
         from .evaluate_servers import eval_through_servers
 
-        eval_through_servers(config, n_prompts=n_prompts, k=samples, split=split, chunk=chunk, json_out=json_out)
+        eval_through_servers(
+            config,
+            n_prompts=n_prompts,
+            k=samples,
+            split=split,
+            chunk=chunk,
+            json_out=json_out,
+            force=force,
+            memory=memory,
+        )
         return
     assert cohort is not None
     import torch

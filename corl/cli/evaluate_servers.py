@@ -14,10 +14,19 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from .logs import setup_logging
+from .preflight import run_preflight
 
 
 def eval_through_servers(
-    config: Path, *, n_prompts: int | None, k: int, split: str, chunk: int, json_out: Path | None
+    config: Path,
+    *,
+    n_prompts: int | None,
+    k: int,
+    split: str,
+    chunk: int,
+    json_out: Path | None,
+    force: bool = False,
+    memory: str | None = None,
 ) -> None:
     from corl.config import MemberConfig
     from corl.data import load_splits
@@ -46,6 +55,7 @@ def eval_through_servers(
         run_dir = Path(tmp)
         # Servers only: no Redis is contacted, the URL just fills the config.
         cfg = embedded_config(run_dir, run_dir, "redis://127.0.0.1:1/0", base=base)
+        run_preflight(cfg, run_dir, console, force=force, memory=memory, trainers=False)
         group = ProcessGroup(run_dir / "logs", env={"CORL_LOG_LEVEL": "WARNING"})
         try:
             with console.status(f"starting {len(cfg.members)} model servers..."):

@@ -8,6 +8,7 @@ import typer
 import yaml
 
 from .logs import setup_logging
+from .preflight import FORCE_HELP, MEMORY_HELP, run_preflight
 
 
 def experiment(
@@ -31,6 +32,8 @@ def experiment(
     settings: list[str] = typer.Option(
         [], "--set", help="Config override for every run, KEY=YAML-VALUE (repeatable): --set reward.threshold=0.5"
     ),
+    force: bool = typer.Option(False, "--force", help=FORCE_HELP),
+    memory: str | None = typer.Option(None, "--memory", help=MEMORY_HELP),
 ) -> None:
     """Writes summary.csv, results.md and accuracy/diversity PNGs into OUT."""
     from rich.console import Console
@@ -53,6 +56,11 @@ def experiment(
         if not sep or not key.strip():
             raise typer.BadParameter(f"{item!r}: expected KEY=VALUE, e.g. reward.threshold=0.5", param_hint="--set")
         overrides[key.strip()] = yaml.safe_load(value)
+    from corl.embedded.config import embedded_config
+
+    # Before any run: every member's model exists and one run fits (no Redis is contacted).
+    planned = embedded_config(cohort, out.resolve(), "redis://127.0.0.1:1/0", base=base, overrides=overrides)
+    run_preflight(planned, out, console, force=force, memory=memory)
     names, limits = parse_modes(modes)
     opts = ExperimentOptions(
         modes=names,

@@ -8,6 +8,7 @@ from pathlib import Path
 import typer
 
 from .logs import setup_logging
+from .preflight import FORCE_HELP, MEMORY_HELP, run_preflight
 
 
 def run(
@@ -23,6 +24,8 @@ def run(
         help="When a child dies: 'no' (stop the run) or 'on-failure[:N]' (restart it, at most N times, "
         "with exponential back-off; N defaults to 5).",
     ),
+    force: bool = typer.Option(False, "--force", help=FORCE_HELP),
+    memory: str | None = typer.Option(None, "--memory", help=MEMORY_HELP),
 ) -> None:
     """Start a real Redis, a model server per member, the aggregator and a trainer per trained member."""
     from rich.console import Console
@@ -49,6 +52,9 @@ def run(
     overrides: dict = {"rounds.max_rounds": rounds}
     if reward:
         overrides["reward.mode"] = reward
+    # Before anything starts: every member's model exists and the run fits (no Redis is contacted).
+    planned = embedded_config(cohort, run_dir, "redis://127.0.0.1:1/0", base=base, overrides=overrides)
+    run_preflight(planned, run_dir, console, force=force, memory=memory)
     redis_server = start_redis(run_dir)
     try:
         cfg = embedded_config(cohort, run_dir, redis_server.url, base=base, overrides=overrides)

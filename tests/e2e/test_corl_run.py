@@ -242,3 +242,20 @@ def test_corl_experiment_from_a_config_reads_accuracy_through_the_servers(cohort
 
 def names_of(cohort: Path) -> list[str]:
     return [m["name"] for m in json.loads((cohort / "cohort.json").read_text())["members"]]
+
+
+def test_corl_run_names_a_missing_member_before_it_starts_anything(tmp_path: Path) -> None:
+    cfg = {
+        "members": [
+            {"name": "a", "model": str(tmp_path / "nowhere" / "a"), "servers": ["http://127.0.0.1:1"]},
+            {"name": "b", "model": str(tmp_path / "nowhere" / "b"), "servers": ["http://127.0.0.1:1"]},
+        ]
+    }
+    path = tmp_path / "cohort.yaml"
+    path.write_text(json.dumps(cfg))  # JSON is YAML
+    run_dir = tmp_path / "run"
+    res = corl("run", "--config", str(path), "--out", str(run_dir), cwd=tmp_path, timeout=120)
+    assert res.returncode == 2, res.stdout + res.stderr
+    out = " ".join(res.stdout.split())  # rich wraps long lines
+    assert "no such model directory" in out and "nowhere/a" in out
+    assert not (run_dir / "redis").exists() and not (run_dir / "logs").exists()  # nothing was started

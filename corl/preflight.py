@@ -12,9 +12,10 @@ files (no weight is read), and each process's memory is estimated from it and th
   one micro-batch and its logits over the vocabulary (the response positions only: Gemma's 262k
   vocabulary makes these the largest item at large micro-batches).
 
-The figures are estimates of the resident size once every process is up, checked against the
-peaks measured on the three-family cohort (``docs/RESULTS.md``); while it loads, a server briefly
-holds a third copy of the weights. A run that does not fit is refused with a table that names each
+The figures are estimates of the resident size once every process is up, not bounds: on the
+three-family cohort they are within 20% of the servers' resident sizes and 30% of the trainers'
+peaks, in both directions (``docs/RESULTS.md``); while it loads, a server briefly holds a third
+copy of the weights. A run that does not fit is refused with a table that names each
 process and its figure; ``--force`` goes on anyway.
 """
 

@@ -137,6 +137,33 @@ def collapse_table(histories: dict[str, list[dict]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+DIAGNOSTICS = (
+    ("label_rate", "prompts labelled"),
+    ("label_accuracy", "label accuracy"),
+    ("reward_accuracy", "reward accuracy"),
+    ("majority_ratio", "majority ratio"),
+)
+
+
+def diagnostics_table(histories: dict[str, list[dict]]) -> str:
+    """TTRL's diagnostics per mode and member, the mean over a run's snapshots: how many prompts got
+    a supervision label, how often that label was the data set's answer, how often a sample's reward
+    said whether it was right, and the share of a member's samples that give its own plurality
+    answer. The data set's answers only ever reach these logs, never a reward."""
+    head = " | ".join(title for _, title in DIAGNOSTICS)
+    lines = [f"| mode | member | {head} |", "|---|---|" + "---|" * len(DIAGNOSTICS)]
+    for mode in sorted(histories):
+        members = sorted({m for row in histories[mode] for m in row["members"]})
+        for member in members:
+            rows = [row["members"][member] for row in histories[mode] if member in row["members"]]
+            cells = []
+            for key, _ in DIAGNOSTICS:
+                vals = [r[key] for r in rows if r.get(key) is not None]
+                cells.append(f"{statistics.fmean(vals):.2f}" if vals else "-")
+            lines.append(f"| {mode} | {member} | {' | '.join(cells)} |")
+    return "\n".join(lines) + "\n"
+
+
 def load_history(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 

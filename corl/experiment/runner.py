@@ -17,7 +17,15 @@ from corl.embedded.config import cohort_members, embedded_config
 from corl.embedded.run import RunOptions, run_embedded, start_redis
 from corl.tasks import get_task
 
-from .report import MemberResult, collapse_table, load_history, markdown_table, plot_curves, write_summary_csv
+from .report import (
+    MemberResult,
+    collapse_table,
+    diagnostics_table,
+    load_history,
+    markdown_table,
+    plot_curves,
+    write_summary_csv,
+)
 
 ALL_MODES = ("none", "ground_truth", "self_vote", "peer_label", "peer_agreement", "peer_pool")
 
@@ -160,8 +168,14 @@ def _write(results: list[MemberResult], histories: dict[str, list[dict]], out: P
     if not results:
         return
     write_summary_csv(results, out / "summary.csv")
-    collapse = f"\nSustained falls (seed {results[0].seed}):\n\n{collapse_table(histories)}" if histories else ""
+    seed = results[0].seed
+    collapse = f"\nSustained falls (seed {seed}):\n\n{collapse_table(histories)}" if histories else ""
+    diagnostics = (
+        f"\nDiagnostics (seed {seed}, mean over the run's snapshots):\n\n{diagnostics_table(histories)}"
+        if histories
+        else ""
+    )
     header = "distinct answers / G (first/last 5 rounds)" if opts.base else "distinct answers / 8"
-    (out / "results.md").write_text(markdown_table(results, opts.modes, header) + collapse)
+    (out / "results.md").write_text(markdown_table(results, opts.modes, header) + collapse + diagnostics)
     if histories:
         plot_curves(histories, out)

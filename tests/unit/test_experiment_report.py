@@ -42,3 +42,15 @@ def test_collapse_round_finds_the_start_of_a_sustained_fall() -> None:
     falling = [(0, 0.45), (5, 0.50), (10, 0.48), (15, 0.40), (20, 0.52), (25, 0.44), (30, 0.38), (35, 0.30)]
     assert collapse_round(falling) == 25  # 15 recovers at 20; from 25 on it stays > 0.05 below the peak
     assert collapse_round(falling[:-2]) is None  # one point below the peak is not sustained yet
+
+
+def test_diagnostics_are_the_mean_over_a_runs_snapshots_and_missing_readings_are_skipped() -> None:
+    from corl.experiment.report import diagnostics_table
+
+    def snap(label: float | None, reward: float) -> dict:
+        m = {"label_rate": 0.5, "label_accuracy": label, "reward_accuracy": reward, "majority_ratio": 0.25}
+        return {"members": {"a": m}}
+
+    table = diagnostics_table({"peer_pool": [snap(None, 0.5), snap(0.4, 0.7), snap(0.8, 0.9)]})
+    assert "| mode | member | prompts labelled | label accuracy | reward accuracy | majority ratio |" in table
+    assert "| peer_pool | a | 0.50 | 0.60 | 0.70 | 0.25 |" in table  # label accuracy over the two readings

@@ -38,6 +38,7 @@ def experiment(
     """Writes summary.csv, results.md and accuracy/diversity PNGs into OUT."""
     from rich.console import Console
 
+    from corl.embedded.config import embedded_config
     from corl.embedded.processes import exit_on_sigterm
     from corl.experiment.runner import ExperimentOptions, run_experiment
 
@@ -56,8 +57,6 @@ def experiment(
         if not sep or not key.strip():
             raise typer.BadParameter(f"{item!r}: expected KEY=VALUE, e.g. reward.threshold=0.5", param_hint="--set")
         overrides[key.strip()] = yaml.safe_load(value)
-    from corl.embedded.config import embedded_config
-
     # Before any run: every member's model exists and one run fits (no Redis is contacted).
     planned = embedded_config(cohort, out.resolve(), "redis://127.0.0.1:1/0", base=base, overrides=overrides)
     run_preflight(planned, out, console, force=force, memory=memory)

@@ -15,8 +15,8 @@ files (no weight is read), and each process's memory is estimated from it and th
 The figures are estimates of the resident size once every process is up, not bounds: on the
 three-family cohort they are within 20% of the servers' resident sizes and 30% of the trainers'
 peaks, in both directions (``docs/RESULTS.md``); while a server loads, the checkpoint's mapped
-pages count as resident too (page cache, not new memory). A run that does not fit is refused with a table that names each
-process and its figure; ``--force`` goes on anyway.
+pages count as resident too (page cache, not new memory). A run that does not fit is refused
+with a table that names each process and its figure; ``--force`` goes on anyway.
 """
 
 from __future__ import annotations

@@ -21,6 +21,7 @@ from .votes import (
     peer_agreement_rewards,
     peer_label_rewards,
     peer_pool_rewards,
+    peer_weighted_rewards,
     self_vote_rewards,
 )
 
@@ -60,6 +61,14 @@ _MODES = (
         peer_pool_rewards,
         "1 if the answer equals the plurality of the other members' samples pooled together (every "
         "peer sample one vote; ties and pooled shares below `threshold` give no label)",
+        peer=True,
+    ),
+    RewardMode(
+        "peer_weighted",
+        peer_weighted_rewards,
+        "1 if the answer equals the other members' pooled vote with each peer weighted by its learnt "
+        "reliability and each of its answers by the peer's confidence (its share of the peer's samples, "
+        "squared); below `threshold` of the peers' total weight: no label",
         peer=True,
     ),
     RewardMode(

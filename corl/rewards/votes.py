@@ -113,6 +113,54 @@ def peer_pool_rewards(inp: RewardInputs) -> RewardOutcome:
     return _outcome(inp, rewards, labels)
 
 
+def weighted_labels(
+    answers: Answers,
+    sups: Sequence[str],
+    n_prompts: int,
+    reliability: Mapping[str, float] | None = None,
+    threshold: float = 0.0,
+) -> list[str | None]:
+    """Per prompt, the supervisors' pooled vote with two weights (SCOPE-style): a peer's votes count
+    by its learnt reliability, and each of its samples by the peer's confidence in that answer (the
+    share of its samples that give it), so a peer's answer counts ``reliability x share^2``. A
+    reliable peer that is sure of its answer carries the vote alone; unsure or unreliable peers
+    carry it only together. ``None`` on a tie, with no valid vote, or (abstention) when the
+    winner's weight is below ``threshold`` of the supervisors' total reliability."""
+    labels: list[str | None] = []
+    for p in range(n_prompts):
+        votes: dict[str, float] = {}
+        mass = 0.0
+        for s in sups:
+            w = 1.0 if reliability is None else float(reliability.get(s, 1.0))
+            samples = answers[s][p]
+            if w <= 0.0 or not samples:
+                continue
+            mass += w
+            for a in {x for x in samples if x is not None}:
+                share = samples.count(a) / len(samples)
+                votes[a] = votes.get(a, 0.0) + w * share * share
+        ranked = sorted(votes.values(), reverse=True)
+        if not ranked or (len(ranked) > 1 and ranked[0] == ranked[1]) or ranked[0] < threshold * mass:
+            labels.append(None)
+        else:
+            labels.append(max(votes, key=votes.__getitem__))
+    return labels
+
+
+def peer_weighted_rewards(inp: RewardInputs) -> RewardOutcome:
+    """1 if the sample equals the supervisors' reliability- and confidence-weighted pooled vote
+    (``weighted_labels``), else 0; a prompt without a label gives 0 to all its samples."""
+    n, present = inp.n_prompts, list(inp.answers)
+    labels = {
+        m: weighted_labels(
+            inp.answers, supervisors(m, present, inp.topology, inp.order), n, inp.reliability, inp.threshold
+        )
+        for m in inp.members
+    }
+    rewards = {m: [_match(s, lab) for s, lab in zip(inp.answers[m], labels[m], strict=True)] for m in inp.members}
+    return _outcome(inp, rewards, labels)
+
+
 def self_vote_rewards(inp: RewardInputs) -> RewardOutcome:
     """Baseline (TTRL-style, collapses): 1 if the sample equals the member's own pseudo-label."""
     check_shapes(inp.answers, inp.members)

@@ -355,3 +355,28 @@ def test_rewards_have_the_samples_shape_and_lie_in_unit_interval(mode: str) -> N
                     assert 0.0 <= r <= 1.0
                     if a is None:
                         assert r == 0.0
+
+
+def test_peer_weighted_lets_a_reliable_confident_peer_carry_the_vote_and_needs_unsure_peers_to_agree() -> None:
+    # a is supervised by b (reliable, sure of "1") and c (unreliable, sure of "2"): b's answer wins,
+    # where peer_pool, one vote per sample, has a tie.
+    answers: Answers = {"a": [["1", "2"]], "b": [["1"] * 4], "c": [["2"] * 4]}
+    weights = {"a": 1.0, "b": 1.0, "c": 0.25}
+    assert compute_rewards("peer_pool", answers).labels["a"] == [None]
+    out = compute_rewards("peer_weighted", answers, reliability=weights)
+    assert out.labels["a"] == ["1"] and out.rewards["a"] == [[1.0, 0.0]]
+    # Confidence: one vote per sample, c's six "2"s beat b's four "1"s; weighted, b's certainty
+    # (4 of 4: 1.0) beats c's 6 of 8 (0.75 squared: 0.56).
+    unsure = {"a": [["1"]], "b": [["1"] * 4], "c": [["2"] * 6 + ["3", "4"]]}
+    assert compute_rewards("peer_pool", unsure).labels["a"] == ["2"]
+    assert compute_rewards("peer_weighted", unsure).labels["a"] == ["1"]
+    # Two unsure peers (half their samples on one answer: 0.25 each of a mass of 2) label a prompt
+    # at threshold 0.2 only when they agree: a tie, agreement (0.5 / 2), one alone (0.25 / 2).
+    half = ["x", "y"]
+    split: Answers = {
+        "a": [["1"], ["1"], ["1"]],
+        "b": [["1", "1", *half], ["1", "1", *half], ["1", "1", *half]],
+        "c": [["2", "2", "u", "v"], ["1", "1", "u", "v"], ["3", "u", "v", "w"]],
+    }
+    assert compute_rewards("peer_weighted", split, threshold=0.2).labels["a"] == [None, "1", None]
+    assert compute_rewards("peer_weighted", split).labels["a"] == [None, "1", "1"]

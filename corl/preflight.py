@@ -22,6 +22,7 @@ with a table that names each process and its figure; ``--force`` goes on anyway.
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import struct
@@ -107,14 +108,7 @@ def _header_params(file: Path) -> int:
             header = json.loads(f.read(size))
     except (OSError, ValueError, struct.error) as err:
         raise PreflightError(f"{file}: not a readable safetensors file ({err})") from None
-    total = 0
-    for name, entry in header.items():
-        if name != "__metadata__":
-            n = 1
-            for d in entry["shape"]:
-                n *= d
-            total += n
-    return total
+    return sum(math.prod(entry["shape"]) for name, entry in header.items() if name != "__metadata__")
 
 
 @dataclass(frozen=True)

@@ -13,8 +13,8 @@ files (no weight is read), and each process's memory is estimated from it and th
   vocabulary makes these the largest item at large micro-batches).
 
 The figures are estimates of the resident size once every process is up, not bounds: on the
-three-family cohort they are within 20% of the servers' resident sizes and 30% of the trainers'
-peaks, in both directions (``docs/RESULTS.md``); while a server loads, the checkpoint's mapped
+three-family cohort they are within 20% of the servers' resident sizes and a third of the
+trainers' peaks, in both directions (``docs/RESULTS.md``); while a server loads, the checkpoint's mapped
 pages count as resident too (page cache, not new memory). A run that does not fit is refused
 with a table that names each process and its figure; ``--force`` goes on anyway.
 """
@@ -36,7 +36,7 @@ GB = 1024**3
 PROCESS_BASE = int(0.4 * GB)  # a Python process with torch and transformers imported
 AGGREGATOR = int(0.4 * GB)  # the aggregator, Redis and the run's own process together
 PROMPT_TOKENS = 128  # allowance for a rendered prompt (a few-shot template, a GSM8K problem)
-_DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "F32": 4, "F16": 2, "BF16": 2, "F64": 8, "I64": 8}
+_DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8}  # the config's dtype, as loaded
 
 
 class PreflightError(ValueError):

@@ -205,16 +205,14 @@ def test_micro_batches_cut_to_their_own_longest_answer_give_the_whole_batch_grad
         widths.append(response_len)
         return real_logps(model, ids, attn, response_len, **kw)
 
+    def uncut(mask: torch.Tensor, size: int) -> list[tuple[slice, int]]:  # the reference: nothing cut
+        return [(slice(0, mask.size(0)), mask.size(1))]
+
     monkeypatch.setattr(policy_mod, "response_logps", spy)
     deltas = []
-    for micro in (None, 2):  # 12 sequences: one forward over all, padded to 4 tokens; 6 micro-batches of 2
-        if micro is None:  # the reference: every row padded to the batch's longest answer, nothing cut
-            monkeypatch.setattr(
-                policy_mod, "_micro_batches", lambda mask, size: [(slice(0, mask.size(0)), mask.size(1))]
-            )
-        else:
-            monkeypatch.undo()
-            monkeypatch.setattr(policy_mod, "response_logps", spy)
+    # 12 sequences: one forward over all, padded to 4 tokens; then 6 micro-batches of 2, each cut
+    for micro, chunking in ((None, uncut), (2, policy_mod._micro_batches)):
+        monkeypatch.setattr(policy_mod, "_micro_batches", chunking)
         cfg = make_config(
             tmp_path, tiny_model_dir, redis_url, "mb", loss_type=loss_type, micro_batch_size=micro, grad_clip=1e6
         )

@@ -7,6 +7,7 @@ import subprocess
 import threading
 import time
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -39,25 +40,31 @@ def _wheel(tmp_path: Path) -> bytes:
     return path.read_bytes()
 
 
+def _concurrently(work: Callable[[], object], n: int) -> list[Exception]:
+    """Run ``work`` on ``n`` threads at once; the exceptions they raised."""
+    errors: list[Exception] = []
+
+    def run() -> None:
+        try:
+            work()
+        except Exception as err:  # noqa: BLE001 - returned to the test
+            errors.append(err)
+
+    threads = [threading.Thread(target=run) for _ in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return errors
+
+
 def test_concurrent_fetches_of_one_package_all_get_the_complete_archive(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     wheel, calls = _wheel(tmp_path), []
     monkeypatch.setattr(packages.subprocess, "run", _fake_pip(wheel, calls))
-    cache, got, errors = tmp_path / "cache", [], []
-
-    def fetch() -> None:
-        try:
-            got.append(packages.fetch("demo-pkg==1.0", cache))
-        except Exception as err:  # noqa: BLE001 - reported below
-            errors.append(err)
-
-    threads = [threading.Thread(target=fetch) for _ in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors
+    cache, got = tmp_path / "cache", []
+    assert not _concurrently(lambda: got.append(packages.fetch("demo-pkg==1.0", cache)), 4)
     assert len(calls) == 4 and len(set(calls)) == 4  # each call downloaded into a folder of its own
     assert {a.path for a in got} == {cache / "demo_pkg-1.0" / "demo_pkg-1.0-py3-none-any.whl"}
     assert all(a.path.read_bytes() == wheel for a in got)
@@ -79,20 +86,7 @@ def test_concurrent_extractions_of_one_member_leave_the_whole_file(
     archive = tmp_path / "demo_pkg-1.0-py3-none-any.whl"
     archive.write_bytes(_wheel(tmp_path))
     dest = tmp_path / "tree" / "demo_pkg" / "m3.py"
-    errors: list[Exception] = []
-
-    def extract() -> None:
-        try:
-            packages.extract_member(archive, "demo_pkg/m3.py", dest)
-        except Exception as err:  # noqa: BLE001 - reported below
-            errors.append(err)
-
-    threads = [threading.Thread(target=extract) for _ in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors
+    assert not _concurrently(lambda: packages.extract_member(archive, "demo_pkg/m3.py", dest), 8)
     assert dest.read_text() == "X = 3\n" * 50
     assert [p.name for p in dest.parent.iterdir()] == ["m3.py"]
 

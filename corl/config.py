@@ -128,6 +128,22 @@ class ReliabilityConfig(_Section):
     )
 
 
+class VoteConfig(_Section):
+    samples: int = Field(
+        default=0,
+        ge=0,
+        description="Vote-only samples per prompt from every member: peers vote with these instead of the "
+        "rewarded samples (0: the rewarded samples vote). Costs one more generate call per member and round.",
+    )
+    temperature: float = Field(default=0.0, ge=0.0, description="Their temperature; 0 is greedy (one sample).")
+
+    @model_validator(mode="after")
+    def _greedy_once(self) -> VoteConfig:
+        if self.temperature == 0.0 and self.samples > 1:
+            raise ValueError(f"votes: {self.samples} greedy samples are identical; use samples: 1 or a temperature > 0")
+        return self
+
+
 class RewardConfig(_Section):
     mode: RewardModeName = Field(
         default="peer_pool",
@@ -135,6 +151,7 @@ class RewardConfig(_Section):
     )
     threshold: float = Field(default=0.0, ge=0.0, le=1.0, description="Min plurality share for a pseudo-label.")
     topology: Literal["all", "ring"] = "all"
+    votes: VoteConfig = VoteConfig()
     judge: JudgeConfig = JudgeConfig()
     reliability: ReliabilityConfig = ReliabilityConfig()
     collapse_fraction: float = Field(default=0.5, gt=0.0, le=1.0)

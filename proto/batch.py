@@ -29,6 +29,9 @@ class PromptGroup(WireModel):
     prompt: str = Field(description="Task text of the prompt.")
     prompt_token_ids: list[int] = Field(min_length=1, description="The prompt as the member's server rendered it.")
     samples: list[GradedSample] = Field(min_length=1)
+    weight: float = Field(
+        default=1.0, ge=0.0, description="Scales the group's advantages (a reward mode's confidence in the prompt)."
+    )
 
 
 class BatchDiagnostics(WireModel):

@@ -5,5 +5,13 @@ import that it covers exactly these names."""
 from typing import Literal
 
 RewardModeName = Literal[
-    "peer_label", "peer_agreement", "peer_pool", "peer_weighted", "peer_judge", "self_vote", "ground_truth", "none"
+    "peer_label",
+    "peer_agreement",
+    "peer_pool",
+    "peer_weighted",
+    "peer_soft",
+    "peer_judge",
+    "self_vote",
+    "ground_truth",
+    "none",
 ]

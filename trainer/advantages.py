@@ -3,6 +3,8 @@
 Pure torch, no I/O. Matches TRL's ``scale_rewards="group"`` / ``"none"``: the baseline is the group
 mean, the scale the group's Bessel-corrected std (``nanstd``) plus 1e-4. A group whose rewards are
 all equal carries no signal: its samples are masked out (and counted) instead of training on zeros.
+A group's weight (``PromptGroup.weight``, a reward mode's confidence in the prompt) scales its
+advantages after normalisation; weight 0 masks it out like a group without signal.
 """
 
 from __future__ import annotations
@@ -24,8 +26,15 @@ class GroupAdvantages:
     skipped_groups: int
 
 
-def group_advantages(rewards: torch.Tensor, group_ids: Sequence[str], *, scale_rewards: bool = True) -> GroupAdvantages:
-    """Advantages of ``rewards`` (B,) within the groups named by ``group_ids`` (any order, any sizes)."""
+def group_advantages(
+    rewards: torch.Tensor,
+    group_ids: Sequence[str],
+    *,
+    scale_rewards: bool = True,
+    weights: torch.Tensor | None = None,
+) -> GroupAdvantages:
+    """Advantages of ``rewards`` (B,) within the groups named by ``group_ids`` (any order, any sizes);
+    ``weights`` (B,): each row's group weight (default 1)."""
     if rewards.dim() != 1 or rewards.numel() != len(group_ids):
         raise ValueError(f"rewards {tuple(rewards.shape)} do not match {len(group_ids)} group ids")
     index: dict[str, int] = {}
@@ -43,6 +52,9 @@ def group_advantages(rewards: torch.Tensor, group_ids: Sequence[str], *, scale_r
     adv = rewards.to(torch.float64) - mean[gidx]
     if scale_rewards:
         adv = adv / (std[gidx] + STD_EPS)
+    if weights is not None:
+        adv = adv * weights.to(torch.float64)
+        signal[gidx[weights == 0]] = False
     keep = signal[gidx]
     adv = torch.where(keep, adv, torch.zeros_like(adv)).to(rewards.dtype)
     return GroupAdvantages(adv, keep, len(index), int((~signal).sum()))

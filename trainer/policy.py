@@ -105,7 +105,8 @@ class PolicyTrainer:
         tc, sp, t0 = self.train_cfg, batch.sampling, time.perf_counter()
         rows = batch.samples()
         rewards = torch.tensor([s.reward for _, s in rows], dtype=torch.float32)
-        adv = group_advantages(rewards, [g.group_id for g, _ in rows], scale_rewards=tc.scale_rewards)
+        weights = torch.tensor([g.weight for g, _ in rows], dtype=torch.float32)
+        adv = group_advantages(rewards, [g.group_id for g, _ in rows], scale_rewards=tc.scale_rewards, weights=weights)
         kept = [i for i, k in enumerate(adv.keep.tolist()) if k]
         # Within a group, shortest answers first: micro-batches then hold answers of like length and
         # each is cut to its own longest (``_micro_batches``). A group's rows are interchangeable.

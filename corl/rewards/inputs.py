@@ -18,7 +18,8 @@ class RewardOutcome:
 
     rewards: dict[str, list[list[float]]]  # member -> [prompt][sample]
     labels: dict[str, list[str | None]]  # member -> supervision label per prompt (None: no label)
-    pseudo_labels: dict[str, list[str | None]]  # member -> plurality of its own samples per prompt
+    pseudo_labels: dict[str, list[str | None]]  # member -> plurality of its own votes per prompt
+    weights: dict[str, list[float]] | None = None  # member -> advantage weight per prompt (None: all 1)
 
 
 def plurality(votes: Sequence[str | None]) -> str | None:
@@ -62,8 +63,9 @@ class RewardInputs:
     """Everything a reward function may read about one round. ``dataset_answers`` is filled only for
     modes that use labels (``REWARD_MODES[mode].uses_labels``); ``grades`` only for judged modes."""
 
-    answers: Answers  # every member present this round (frozen ones vote too)
+    answers: Answers  # every member present this round (frozen ones vote too): the samples rewarded
     members: Sequence[str]  # who gets rewards
+    votes: Answers | None = None  # samples drawn only to vote (``reward.votes``); None: ``answers`` vote
     threshold: float = 0.0
     topology: Literal["all", "ring"] = "all"
     order: Sequence[str] | None = None
@@ -75,7 +77,19 @@ class RewardInputs:
 
     @property
     def n_prompts(self) -> int:
-        return check_shapes(self.answers, self.members)
+        n = check_shapes(self.answers, self.members)
+        if self.votes is not None:
+            if set(self.votes) != set(self.answers):
+                raise ValueError(f"votes hold {sorted(self.votes)}, answers {sorted(self.answers)}")
+            if check_shapes(self.votes, self.members) != n:
+                raise ValueError("votes and answers must cover the same prompts")
+        return n
+
+    @property
+    def ballots(self) -> Answers:
+        """What each member votes with: its vote samples when the round drew them, else its answers."""
+        return self.answers if self.votes is None else self.votes
 
     def pseudo(self) -> dict[str, list[str | None]]:
-        return {m: [pseudo_label(s, self.threshold) for s in self.answers[m]] for m in self.answers}
+        """Each member's own label per prompt: the plurality of its ballots."""
+        return {m: [pseudo_label(s, self.threshold) for s in self.ballots[m]] for m in self.ballots}

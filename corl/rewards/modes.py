@@ -21,6 +21,7 @@ from .votes import (
     peer_agreement_rewards,
     peer_label_rewards,
     peer_pool_rewards,
+    peer_soft_rewards,
     peer_weighted_rewards,
     self_vote_rewards,
 )
@@ -69,6 +70,13 @@ _MODES = (
         "1 if the answer equals the other members' pooled vote with each peer weighted by its learnt "
         "reliability and each of its answers by the peer's confidence (its share of the peer's samples, "
         "squared); below `threshold` of the peers' total weight: no label",
+        peer=True,
+    ),
+    RewardMode(
+        "peer_soft",
+        peer_soft_rewards,
+        "the answer's share of the other members' pooled samples over the top answer's share; each prompt's "
+        "advantages weighted by that top share, 0 below `threshold` (RESTRAIN-style)",
         peer=True,
     ),
     RewardMode(
@@ -124,11 +132,13 @@ def compute_rewards(
     order: Sequence[str] | None = None,
     reliability: Mapping[str, float] | None = None,
     dataset_answers: Sequence[str | None] | None = None,
+    votes: Answers | None = None,
 ) -> RewardOutcome:
     """Per-sample rewards for ``members`` (default: every member in ``answers``) from one round of
     answers, by a vote mode of ``REWARD_MODES``. Every member in ``answers``
     votes (frozen members too). ``reliability`` (member -> weight, default 1.0) weighs
-    ``peer_agreement`` votes. ``dataset_answers`` reaches only modes that use labels."""
+    ``peer_agreement`` votes. ``dataset_answers`` reaches only modes that use labels. ``votes``:
+    samples drawn only to vote (default: the rewarded ``answers`` vote)."""
     spec = REWARD_MODES.get(mode)  # type: ignore[call-overload]
     if spec is None or spec.judged:
         hint = "; peer_judge rewards come from judge_rewards()" if mode == "peer_judge" else ""
@@ -136,6 +146,7 @@ def compute_rewards(
         raise ValueError(f"unknown vote reward mode {mode!r}; expected one of {vote}{hint}")
     inp = RewardInputs(
         answers=answers,
+        votes=votes,
         members=list(members) if members is not None else list(answers),
         threshold=threshold,
         topology=topology,

@@ -43,6 +43,7 @@ class MemberOutcome:
     label_accuracy: float | None  # the supervision label vs dataset answers (TTRL); a diagnostic
     reward_accuracy: float | None  # rewarded exactly when right (TTRL); a diagnostic
     majority_ratio: float  # share of G samples giving the plurality answer
+    weights: list[float]  # advantage weight per prompt (1.0 unless the mode weighs prompts)
 
 
 @dataclass(frozen=True)
@@ -97,6 +98,7 @@ def grade_round(
     dataset_answers: Sequence[str | None] | None = None,
     grades: Grades | None = None,
     answers: Answers | None = None,
+    votes: Mapping[str, GenerateResponse] | None = None,
 ) -> RoundOutcome:
     """Grade one round of ``responses`` (member -> its generate response to the round's prompts).
 
@@ -104,15 +106,19 @@ def grade_round(
     ``learnt_weights``: their learnt weights, quarantined ones included, for measuring agreement
     (default ``weights``). ``order``: the cohort's member order (ring topology). ``grades``: the
     judge scores of a judged mode. ``answers``: already extracted, else read here with ``task``.
+    ``votes``: member -> its vote-only samples of the same prompts (``reward.votes``); they replace
+    the rewarded samples as the member's ballots.
     """
     mode = REWARD_MODES[reward.mode]
     present = list(responses)
     answers = answers if answers is not None else extract_answers(responses, task)
+    ballots = extract_answers({m: votes[m] for m in present}, task) if votes is not None else None
     if mode.judged and grades is None:
         raise ValueError(f"{mode.name} needs the round's judge grades")
     out = mode.fn(
         RewardInputs(
             answers=answers,
+            votes=ballots,
             members=present,
             threshold=reward.threshold,
             topology=reward.topology,
@@ -140,6 +146,7 @@ def grade_round(
             label_accuracy=label_accuracy(out.labels[m], truth) if truth is not None else None,
             reward_accuracy=reward_accuracy(answers[m], out.rewards[m], truth) if truth is not None else None,
             majority_ratio=majority_ratio(answers[m]),
+            weights=out.weights[m] if out.weights is not None else [1.0] * len(answers[m]),
         )
     rel = reward.reliability
     if mode.judged and rel.grounding == "votes":

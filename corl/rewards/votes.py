@@ -47,7 +47,7 @@ def _peer_labels(pseudo: Mapping[str, Sequence[str | None]], sups: Sequence[str]
 
 
 def _agreement_rewards(
-    answers: Answers, member: str, sups: Sequence[str], reliability: Mapping[str, float] | None
+    answers: Answers, ballots: Answers, member: str, sups: Sequence[str], reliability: Mapping[str, float] | None
 ) -> list[list[float]]:
     rewards: list[list[float]] = []
     for p, own in enumerate(answers[member]):
@@ -57,7 +57,7 @@ def _agreement_rewards(
             w = 1.0 if reliability is None else float(reliability.get(s, 1.0))
             if w <= 0.0:
                 continue
-            peer = answers[s][p]
+            peer = ballots[s][p]
             total += w * len(peer)
             for a in peer:
                 if a is not None:
@@ -89,7 +89,7 @@ def peer_agreement_rewards(inp: RewardInputs) -> RewardOutcome:
     for m in inp.members:
         sups = supervisors(m, present, inp.topology, inp.order)
         labels[m] = _peer_labels(pseudo, sups, n)
-        rewards[m] = _agreement_rewards(inp.answers, m, sups, inp.reliability)
+        rewards[m] = _agreement_rewards(inp.answers, inp.ballots, m, sups, inp.reliability)
     return _outcome(inp, rewards, labels, pseudo)
 
 
@@ -106,7 +106,7 @@ def peer_pool_rewards(inp: RewardInputs) -> RewardOutcome:
     whose pooled vote is tied or below ``threshold`` gives 0 to all its samples."""
     n, present = inp.n_prompts, list(inp.answers)
     labels = {
-        m: pooled_labels(inp.answers, supervisors(m, present, inp.topology, inp.order), n, inp.threshold)
+        m: pooled_labels(inp.ballots, supervisors(m, present, inp.topology, inp.order), n, inp.threshold)
         for m in inp.members
     }
     rewards = {m: [_match(s, lab) for s, lab in zip(inp.answers[m], labels[m], strict=True)] for m in inp.members}
@@ -153,7 +153,7 @@ def peer_weighted_rewards(inp: RewardInputs) -> RewardOutcome:
     n, present = inp.n_prompts, list(inp.answers)
     labels = {
         m: weighted_labels(
-            inp.answers, supervisors(m, present, inp.topology, inp.order), n, inp.reliability, inp.threshold
+            inp.ballots, supervisors(m, present, inp.topology, inp.order), n, inp.reliability, inp.threshold
         )
         for m in inp.members
     }
@@ -161,9 +161,45 @@ def peer_weighted_rewards(inp: RewardInputs) -> RewardOutcome:
     return _outcome(inp, rewards, labels)
 
 
+def pooled_shares(ballots: Answers, sups: Sequence[str], prompt: int) -> dict[str, float]:
+    """Each answer's share of the supervisors' pooled ballots on one prompt (unparseable ones count
+    in the denominator, so a mostly-broken pool is never confident)."""
+    pool = [a for s in sups for a in ballots[s][prompt]]
+    counts: dict[str, int] = {}
+    for a in pool:
+        if a is not None:
+            counts[a] = counts.get(a, 0) + 1
+    return {a: c / len(pool) for a, c in counts.items()}
+
+
+def peer_soft_rewards(inp: RewardInputs) -> RewardOutcome:
+    """RESTRAIN-style soft peer reward over the whole answer distribution: a sample's reward is its
+    answer's share of the supervisors' pooled ballots relative to the top answer's share (the
+    plurality answer gets 1, an answer no peer gave 0), and each prompt's advantages are weighted by
+    the pool's consistency (the top share), so a prompt the peers disagree on counts little instead of
+    being hard-labelled or dropped. Below ``threshold`` consistency a prompt's weight is 0. ``labels``
+    holds the pooled plurality (None on a tie) as the diagnostic."""
+    n, present = inp.n_prompts, list(inp.answers)
+    rewards: dict[str, list[list[float]]] = {}
+    labels: dict[str, list[str | None]] = {}
+    weights: dict[str, list[float]] = {}
+    for m in inp.members:
+        sups = supervisors(m, present, inp.topology, inp.order)
+        rewards[m], labels[m], weights[m] = [], [], []
+        for p in range(n):
+            shares = pooled_shares(inp.ballots, sups, p) if sups else {}
+            top = max(shares.values(), default=0.0)
+            rewards[m].append(
+                [shares.get(a, 0.0) / top if a is not None and top > 0 else 0.0 for a in inp.answers[m][p]]
+            )
+            weights[m].append(top if top >= inp.threshold else 0.0)
+            labels[m].append(plurality([a for s in sups for a in inp.ballots[s][p]]))
+    return RewardOutcome(rewards=rewards, labels=labels, pseudo_labels=inp.pseudo(), weights=weights)
+
+
 def self_vote_rewards(inp: RewardInputs) -> RewardOutcome:
     """Baseline (TTRL-style, collapses): 1 if the sample equals the member's own pseudo-label."""
-    check_shapes(inp.answers, inp.members)
+    check_shapes(inp.ballots, inp.members)
     pseudo = inp.pseudo()
     labels = {m: list(pseudo[m]) for m in inp.members}
     rewards = {m: [_match(s, lab) for s, lab in zip(inp.answers[m], pseudo[m], strict=True)] for m in inp.members}

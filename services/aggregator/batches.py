@@ -49,7 +49,13 @@ def graded_batch_json(
             for s, smp in enumerate(pr.samples)
         ]
         groups.append(
-            {"group_id": gid, "prompt": pr.prompt, "prompt_token_ids": pr.prompt_token_ids, "samples": samples}
+            {
+                "group_id": gid,
+                "prompt": pr.prompt,
+                "prompt_token_ids": pr.prompt_token_ids,
+                "samples": samples,
+                "weight": float(outcome.weights[p]),
+            }
         )
     batch = {
         "batch_id": bid,

@@ -120,25 +120,41 @@ class RoundDriver:
             return None
         return open_
 
-    async def _generate(self, member: MemberConfig, round_: int, prompts: list[str]) -> GenerateResponse | None:
-        req = GenerateRequest.of(
-            prompts,
-            self.sampling,
-            n=self.cfg.rounds.samples_per_prompt,
-            seed=_seed(self.cfg.run_id, round_, member.name),
-            format=self.task.prompt_format,
-        )
+    async def _generate(
+        self, member: MemberConfig, round_: int, prompts: list[str]
+    ) -> tuple[GenerateResponse, GenerateResponse | None] | None:
+        """The member's G samples of ``prompts``, and its vote-only samples when ``reward.votes``
+        asks for them; None when it failed (it is left out of the round)."""
+        votes = self.cfg.reward.votes
+        reqs = [(self.sampling, self.cfg.rounds.samples_per_prompt, member.name)]
+        if votes.samples:
+            vote_sampling = self.sampling.model_copy(update={"temperature": votes.temperature})
+            reqs.append((vote_sampling, votes.samples, f"{member.name}:votes"))
         t0 = time.perf_counter()
         try:
-            resp = await self.client.generate(member, req)
+            resps = [
+                await self.client.generate(
+                    member,
+                    GenerateRequest.of(
+                        prompts, sp, n=n, seed=_seed(self.cfg.run_id, round_, key), format=self.task.prompt_format
+                    ),
+                )
+                for sp, n, key in reqs
+            ]
         except MemberError as err:
             self.metrics.member_failures.labels(member.name).inc()
             log.warning("round %d: member %s left out: %s", round_, member.name, err)
             return None
         self.metrics.generate_seconds.labels(member.name).observe(time.perf_counter() - t0)
-        return resp
+        return resps[0], resps[1] if votes.samples else None
 
-    async def _grade(self, r: int, ok: dict[str, GenerateResponse], examples: list[Example]) -> RoundOutcome:
+    async def _grade(
+        self,
+        r: int,
+        ok: dict[str, GenerateResponse],
+        examples: list[Example],
+        votes: dict[str, GenerateResponse] | None,
+    ) -> RoundOutcome:
         grades = None
         if self.mode.judged:
             grades = await judge_round(
@@ -155,6 +171,7 @@ class RoundDriver:
             order=self._order,
             dataset_answers=[e.answer for e in examples],
             grades=grades,
+            votes=votes,
         )
 
     async def run_round(self) -> RoundResult:
@@ -171,7 +188,9 @@ class RoundDriver:
         t0 = time.perf_counter()
 
         responses = await asyncio.gather(*(self._generate(mc, r, prompts) for mc in cfg.members))
-        ok = {mc.name: resp for mc, resp in zip(cfg.members, responses, strict=True) if resp is not None}
+        answered = {mc.name: resp for mc, resp in zip(cfg.members, responses, strict=True) if resp is not None}
+        ok = {name: resp for name, (resp, _) in answered.items()}
+        votes = {name: v for name, (_, v) in answered.items() if v is not None} if cfg.reward.votes.samples else None
         missing = [name for name in self._order if name not in ok]
         if len(ok) < rc.min_quorum:
             m.rounds.labels("no_quorum").inc()
@@ -184,7 +203,7 @@ class RoundDriver:
             )
             return RoundResult(r, "no_quorum", missing=missing)
 
-        outcome = await self._grade(r, ok, examples)
+        outcome = await self._grade(r, ok, examples, votes)
         alarms = self.state.observe(outcome)
         targets = [name for name in open_ if name in ok]
         now = time.time()

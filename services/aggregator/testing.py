@@ -2,7 +2,7 @@
 ``/v1/generate``, ``/v1/grade`` and ``/v1/info`` per the contract, for members addressed as ``http://<name>.fake``.
 
 Each fake member answers the addition task correctly with probability ``accuracy`` (else a random
-number or junk); members can be down (connection refused), flaky (503 every other call) or slow.
+number or junk), and always correctly at temperature 0 (its greedy answer is right); members can be down (connection refused), flaky (503 every other call) or slow.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ class FakeMember:
     judge_accuracy: float = 0.6
     calls: int = 0
     grade_calls: int = 0
+    generated: list[tuple[float, int]] = field(default_factory=list)  # (temperature, n) of each generate call
 
 
 @dataclass
@@ -67,9 +68,11 @@ class FakeCohort:
             return httpx.Response(200, json={**info, "backend": "fake", "chat_template": False})
         if request.url.path == "/v1/generate":
             m.calls += 1
+            req = GenerateRequest.model_validate_json(request.content)
+            m.generated.append((req.temperature, req.n))
             if name in self.flaky and m.calls % 2 == 1:
                 return httpx.Response(503, json={"error": {"type": "unavailable", "message": "busy"}})
-            return httpx.Response(200, content=self.generate(m, GenerateRequest.model_validate_json(request.content)))
+            return httpx.Response(200, content=self.generate(m, req))
         if request.url.path == "/v1/grade":
             m.grade_calls += 1
             req = GradeRequest.model_validate_json(request.content)
@@ -95,7 +98,7 @@ class FakeCohort:
             truth = _sum(prompt)
             samples = []
             for _ in range(req.n):
-                if truth is not None and rng.random() < m.accuracy:
+                if truth is not None and (req.temperature == 0.0 or rng.random() < m.accuracy):
                     text = str(truth)
                 else:
                     text = str(rng.randrange(0, 199)) if rng.random() < 0.9 else "x?"

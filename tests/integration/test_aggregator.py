@@ -273,6 +273,24 @@ async def test_collapse_alarm_when_a_member_stops_disagreeing_with_itself(redis_
     assert 'corl_aggregator_collapse_alarm{member="b"} 0.0' in metrics
 
 
+@pytest.mark.parametrize("mode", ["peer_pool", "peer_soft"])
+async def test_vote_samples_are_drawn_at_their_temperature_and_set_the_labels(redis_url: str, mode: str) -> None:
+    """``reward.votes``: one more generate call per member (greedy here) whose answers are the peers'
+    ballots; the fake members' samples are mostly wrong but their greedy answers right, so every
+    label is the truth and a sample is rewarded exactly when it is right."""
+    votes = {"samples": 1, "temperature": 0.0}
+    cfg = make_config(["a", "b", "c"], temperature=0.7, reward={"mode": mode, "votes": votes})
+    cohort = FakeCohort.of("a", "b", "c", accuracy=0.2)
+    async with aggregator(cfg, cohort, redis_url) as (svc, _):
+        assert (await svc.driver.run_round()).status == "ok"
+    assert all(m.generated == [(0.7, 4), (0.0, 1)] for m in cohort.members.values())
+    batch = read_batches(redis_url, cfg, "a")[0]
+    truth = {g.prompt: str(sum(map(int, g.prompt.rstrip("=").split("+")))) for g in batch.groups}
+    for g, s in batch.samples():
+        assert (s.reward == 1.0) == (s.answer == truth[g.prompt])
+    assert [g.weight for g in batch.groups] == [1.0] * 4  # two peers' greedy ballots agree: full weight
+
+
 @pytest.mark.parametrize("mode", ["peer_label", "peer_agreement"])
 async def test_dataset_answers_never_reach_peer_rewards(redis_url: str, mode: str) -> None:
     """Poisoned dataset answers change the logged accuracy, never the rewards."""

@@ -31,3 +31,13 @@ def test_group_relative_without_scaling_is_reward_minus_group_mean() -> None:
 def test_all_flat_batch_has_no_signal() -> None:
     out = group_advantages(torch.ones(4), ["g", "g", "h", "h"])
     assert not out.keep.any() and out.skipped_groups == 2 and out.advantages.abs().sum() == 0
+
+
+def test_group_weights_scale_advantages_and_weight_zero_masks_the_group() -> None:
+    rewards = torch.tensor([3.0, 1.0, 3.0, 1.0, 3.0, 1.0])
+    ids = ["x", "x", "y", "y", "z", "z"]
+    weights = torch.tensor([1.0, 1.0, 0.25, 0.25, 0.0, 0.0])
+    out = group_advantages(rewards, ids, scale_rewards=False, weights=weights)
+    assert out.advantages.tolist() == pytest.approx([1.0, -1.0, 0.25, -0.25, 0.0, 0.0])
+    assert out.keep.tolist() == [True, True, True, True, False, False]
+    assert out.skipped_groups == 1

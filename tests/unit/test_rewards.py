@@ -291,11 +291,17 @@ def _reward_table(mode: str, answers: dict, member: str, **kw: Any) -> list[dict
     return [dict(zip(ALPHABET, row, strict=True)) for row in rows]
 
 
+def _random_votes(rng: random.Random, answers: dict) -> dict[str, list[list[str | None]]]:
+    return {m: [rng.choices(ALPHABET, k=rng.randint(1, 6)) for _ in rows] for m, rows in answers.items()}
+
+
 @pytest.mark.parametrize("mode", PEER_VOTE_MODES)
 @pytest.mark.parametrize("topology", ["all", "ring"])
-def test_invariant_rewards_never_depend_on_own_samples(mode: str, topology: str) -> None:
-    """A member's rewards are a fixed function of each sample's answer, set by peers only."""
-    rng = random.Random(f"{mode}-{topology}")
+@pytest.mark.parametrize("with_votes", [False, True], ids=["samples-vote", "vote-samples"])
+def test_invariant_rewards_never_depend_on_own_samples(mode: str, topology: str, with_votes: bool) -> None:
+    """A member's rewards are a fixed function of each sample's answer, set by peers only: neither
+    its own rewarded samples nor its own vote-only samples change them, its label or its weights."""
+    rng = random.Random(f"{mode}-{topology}-{with_votes}")
     for _ in range(300):
         answers, names = _random_round(rng)
         kw: dict[str, Any] = {
@@ -304,18 +310,49 @@ def test_invariant_rewards_never_depend_on_own_samples(mode: str, topology: str)
             "order": rng.sample(names, len(names)),
             "reliability": {m: rng.choice([0.0, 0.3, 1.0, 2.5]) for m in names},
         }
+        votes = _random_votes(rng, answers) if with_votes else None
         member = rng.choice(names)
-        table = _reward_table(mode, answers, member, **kw)
-        original = compute_rewards(mode, answers, **kw)
+        table = _reward_table(mode, answers, member, votes=votes, **kw)
+        original = compute_rewards(mode, answers, votes=votes, **kw)
         perturbed_answers = {
             **answers,
             member: [rng.choices(ALPHABET, k=rng.randint(1, 6)) for _ in answers[member]],
         }
-        perturbed = compute_rewards(mode, perturbed_answers, **kw)
+        perturbed_votes = {**votes, member: _random_votes(rng, answers)[member]} if votes is not None else None
+        perturbed = compute_rewards(mode, perturbed_answers, votes=perturbed_votes, **kw)
         for out, own in ((original, answers[member]), (perturbed, perturbed_answers[member])):
             expected = [[table[p][a] for a in samples] for p, samples in enumerate(own)]
             assert out.rewards[member] == expected
         assert perturbed.labels[member] == original.labels[member]
+        own_weights = (original.weights or {}).get(member), (perturbed.weights or {}).get(member)
+        assert own_weights[0] == own_weights[1]
+
+
+def test_vote_samples_replace_the_rewarded_samples_as_ballots() -> None:
+    """With vote-only samples, peers' labels come from them, not from the peers' rewarded samples."""
+    answers: Answers = {"a": [["1", "2"]], "b": [["2", "2"]], "c": [["2", "2"]]}
+    votes: Answers = {"a": [["9"]], "b": [["1"]], "c": [["1"]]}
+    for mode in ("peer_label", "peer_pool", "peer_weighted", "peer_soft"):
+        assert compute_rewards(mode, answers).rewards["a"] == [[0.0, 1.0]], mode
+        out = compute_rewards(mode, answers, votes=votes)
+        assert out.rewards["a"] == [[1.0, 0.0]], mode
+        assert out.pseudo_labels == {"a": ["9"], "b": ["1"], "c": ["1"]}, mode
+    with pytest.raises(ValueError, match="same prompts"):
+        compute_rewards("peer_pool", answers, votes={**votes, "b": [["1"], ["1"]]})
+
+
+def test_peer_soft_rewards_are_shares_over_the_top_share_and_prompts_weigh_by_consistency() -> None:
+    # a's peers pooled: prompt 0 {1: 3, 2: 1} of 4; prompt 1 {1: 1, 2: 1, None: 2} of 4.
+    answers: Answers = {
+        "a": [["1", "2", "3", None], ["1", "2", "3", "3"]],
+        "b": [["1", "1"], ["1", None]],
+        "c": [["1", "2"], ["2", None]],
+    }
+    out = compute_rewards("peer_soft", answers)
+    assert out.rewards["a"] == [[1.0, 1 / 3, 0.0, 0.0], [1.0, 1.0, 0.0, 0.0]]
+    assert out.weights is not None and out.weights["a"] == [0.75, 0.25]
+    assert out.labels["a"] == ["1", None]  # the pooled plurality; tied on prompt 1
+    assert compute_rewards("peer_soft", answers, threshold=0.5).weights["a"] == [0.75, 0.0]  # type: ignore[index]
 
 
 @pytest.mark.parametrize("mode", PEER_VOTE_MODES)
@@ -380,3 +417,13 @@ def test_peer_weighted_lets_a_reliable_confident_peer_carry_the_vote_and_needs_u
     }
     assert compute_rewards("peer_weighted", split, threshold=0.2).labels["a"] == [None, "1", None]
     assert compute_rewards("peer_weighted", split).labels["a"] == [None, "1", "1"]
+
+
+def test_greedy_vote_samples_are_one_sample() -> None:
+    from corl.config import ConfigError, parse_config
+
+    members = [{"name": n, "model": "m", "servers": [f"http://{n}"]} for n in "ab"]
+    with pytest.raises(ConfigError, match="greedy samples are identical"):
+        parse_config({"members": members, "reward": {"votes": {"samples": 4, "temperature": 0.0}}})
+    cfg = parse_config({"members": members, "reward": {"votes": {"samples": 4, "temperature": 0.5}}})
+    assert (cfg.reward.votes.samples, cfg.reward.votes.temperature) == (4, 0.5)

@@ -2,7 +2,8 @@
 ``/v1/generate``, ``/v1/grade`` and ``/v1/info`` per the contract, for members addressed as ``http://<name>.fake``.
 
 Each fake member answers the addition task correctly with probability ``accuracy`` (else a random
-number or junk), and always correctly at temperature 0 (its greedy answer is right); members can be down (connection refused), flaky (503 every other call) or slow.
+number or junk), and always correctly at temperature 0 (its greedy answer is right); members can be
+down (connection refused), flaky (503 every other call) or slow.
 """
 
 from __future__ import annotations

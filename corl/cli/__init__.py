@@ -16,6 +16,7 @@ app.command("data", help="Show what the config's task source yields (splits, sam
 app.command("train", help="Run one member's trainer.")(train.train)
 app.command("run", help="Run the whole loop on this machine (embedded default).")(run.run)
 app.command("experiment", help="Compare reward modes on the same starting cohort.")(experiment.experiment)
+app.command("experiment-table", help="Combine experiments' results into one table.")(experiment.experiment_table)
 
 
 def main() -> None:

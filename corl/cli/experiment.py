@@ -80,6 +80,24 @@ def experiment(
     console.print(f"written: {out}/summary.csv, results.md, accuracy.png, diversity.png")
 
 
+def experiment_table(
+    dirs: list[Path] = typer.Argument(..., help="Experiment output directories (the first holds ground_truth)."),
+    out: Path = typer.Option(..., "--out", help="Where the combined summary.csv, results.md and plots go."),
+) -> None:
+    """Combine experiments (each with its own --set overrides) into one table: a variant of a mode is
+    its own row, labelled by its overrides, and compared with the same ground-truth runs."""
+    from corl.experiment.combine import combine
+    from corl.experiment.report import write_report
+
+    missing = [str(d) for d in dirs if not (d / "summary.csv").exists() or not (d / "experiment.json").exists()]
+    if missing:
+        raise typer.BadParameter(f"not experiment directories (no summary.csv / experiment.json): {missing}")
+    results, histories, labels = combine(dirs)
+    out.mkdir(parents=True, exist_ok=True)
+    write_report(results, histories, out, labels)
+    typer.echo((out / "results.md").read_text())
+
+
 def parse_modes(spec: str) -> tuple[list[str], dict[str, int]]:
     """``"ground_truth,peer_pool,self_vote:1"`` -> the modes in order and their seed limits."""
     names: list[str] = []

@@ -20,6 +20,11 @@ METRICS = ("greedy_acc", "sample_acc", "maj@8_acc", "distinct", "entropy")
 LABEL_FREE = tuple(m for m, spec in REWARD_MODES.items() if spec.label_free and m != "none")
 
 
+def base_mode(label: str) -> str:
+    """The reward mode of a row label: ``peer_pool [votes.samples=1]`` -> ``peer_pool``."""
+    return label.split(" ", 1)[0]
+
+
 @dataclass(frozen=True)
 class MemberResult:
     mode: str
@@ -94,11 +99,13 @@ def markdown_table(
         if mode not in greedy:
             continue
         share = "-"
-        if mode in LABEL_FREE and gt is not None:
+        if base_mode(mode) in LABEL_FREE and gt is not None:
             starts = before["ground_truth"]  # every mode of a seed starts from the same cohort
             per_seed = [gain_recovered(b, g, m) for b, g, m in zip(starts, gt, greedy[mode], strict=False)]
             valid = [g for g in per_seed if g is not None]
             share = _fmt([100 * g for g in valid], ".0f") + "%" if valid else "n/a (no ground-truth gain)"
+            if len(valid) > 1:
+                share += " (" + ", ".join(f"{100 * g:.0f}" for g in valid) + ")"
         cells = [_fmt(greedy[mode]), _fmt(maj[mode]) if mode in maj else "-", _fmt(distinct[mode], ".2f")]
         name = mode if same else f"{mode} ({counts[mode]})"
         lines.append(f"| {name} | {' | '.join(cells)} | {share} |")
@@ -111,6 +118,30 @@ def write_summary_csv(results: Sequence[MemberResult], path: Path) -> None:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
+
+
+def write_report(
+    results: Sequence[MemberResult],
+    histories: dict[str, list[dict]],
+    out: Path,
+    modes: Sequence[str],
+    distinct_header: str = "distinct answers / 8",
+) -> None:
+    """summary.csv, results.md (the table, the collapse and diagnostics tables of the first seed's
+    histories) and the curves into ``out``."""
+    if not results:
+        return
+    write_summary_csv(results, out / "summary.csv")
+    seed = results[0].seed
+    collapse = f"\nSustained falls (seed {seed}):\n\n{collapse_table(histories)}" if histories else ""
+    diagnostics = (
+        f"\nDiagnostics (seed {seed}, mean over the run's snapshots):\n\n{diagnostics_table(histories)}"
+        if histories
+        else ""
+    )
+    (out / "results.md").write_text(markdown_table(results, modes, distinct_header) + collapse + diagnostics)
+    if histories:
+        plot_curves(histories, out)
 
 
 def member_series(history: Sequence[dict], key: str) -> dict[str, list[tuple[int, float]]]:

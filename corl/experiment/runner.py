@@ -17,15 +17,7 @@ from corl.embedded.config import cohort_members, embedded_config
 from corl.embedded.run import RunOptions, run_embedded, start_redis
 from corl.tasks import get_task
 
-from .report import (
-    MemberResult,
-    collapse_table,
-    diagnostics_table,
-    load_history,
-    markdown_table,
-    plot_curves,
-    write_summary_csv,
-)
+from .report import MemberResult, load_history, write_report
 
 ALL_MODES = ("none", "ground_truth", "self_vote", "peer_label", "peer_agreement", "peer_pool")
 
@@ -165,17 +157,5 @@ def run_experiment(cohort_dir: Path, out: Path, opts: ExperimentOptions, console
 
 
 def _write(results: list[MemberResult], histories: dict[str, list[dict]], out: Path, opts: ExperimentOptions) -> None:
-    if not results:
-        return
-    write_summary_csv(results, out / "summary.csv")
-    seed = results[0].seed
-    collapse = f"\nSustained falls (seed {seed}):\n\n{collapse_table(histories)}" if histories else ""
-    diagnostics = (
-        f"\nDiagnostics (seed {seed}, mean over the run's snapshots):\n\n{diagnostics_table(histories)}"
-        if histories
-        else ""
-    )
     header = "distinct answers / G (first/last 5 rounds)" if opts.base else "distinct answers / 8"
-    (out / "results.md").write_text(markdown_table(results, opts.modes, header) + collapse + diagnostics)
-    if histories:
-        plot_curves(histories, out)
+    write_report(results, histories, out, opts.modes, header)

@@ -31,7 +31,7 @@ def test_table_reports_standard_errors_and_per_seed_gain_shares() -> None:
     assert "| reward (2 seeds)" in table
     row = next(line for line in table.splitlines() if line.startswith("| peer_pool"))
     assert "0.550 ± 0.050" in row  # greedy after: mean of 0.50 and 0.60, SE 0.05
-    assert row.endswith("| 75 ± 25% |")  # shares 50% and 100%
+    assert row.endswith("| 75 ± 25% (50, 100) |")  # shares 50% and 100%, then each seed
     gt_row = next(line for line in table.splitlines() if line.startswith("| ground_truth"))
     assert gt_row.endswith("| - |")  # ground truth is the reference, not a label-free mode
 

@@ -11,7 +11,7 @@ from rich.console import Console
 
 from corl.config import parse_config
 from corl.embedded.run import RunResult
-from corl.experiment import runner
+from corl.experiment import report, runner
 
 MEMBERS = [{"name": n, "model": f"/m/{n}", "servers": ["http://127.0.0.1:1"]} for n in ("a", "b")]
 
@@ -60,7 +60,7 @@ def finished_runs(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, dict | Non
     monkeypatch.setattr(runner, "start_redis", lambda d: SimpleNamespace(url="redis://x", close=lambda: None))
     monkeypatch.setattr(runner, "embedded_config", lambda *a, **k: None)
     monkeypatch.setattr(runner, "run_embedded", finished_run)
-    monkeypatch.setattr(runner, "plot_curves", lambda *a, **k: None)
+    monkeypatch.setattr(report, "plot_curves", lambda *a, **k: None)
     return runs
 
 

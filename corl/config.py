@@ -156,6 +156,14 @@ class RewardConfig(_Section):
     reliability: ReliabilityConfig = ReliabilityConfig()
     collapse_fraction: float = Field(default=0.5, gt=0.0, le=1.0)
 
+    @model_validator(mode="after")
+    def _votes_are_read(self) -> RewardConfig:
+        from corl.rewards.modes import REWARD_MODES
+
+        if self.votes.samples and not REWARD_MODES[self.mode].votes:
+            raise ValueError(f"reward.votes: mode {self.mode} does not read votes; drop votes or pick a vote mode")
+        return self
+
 
 class LoraConfig(_Section):
     r: int = Field(default=8, ge=1)

@@ -42,6 +42,11 @@ class RewardMode:
     def label_free(self) -> bool:
         return not self.uses_labels
 
+    @property
+    def votes(self) -> bool:
+        """Its rewards come from the members' votes (so ``reward.votes`` samples change them)."""
+        return not (self.judged or self.uses_labels or self.fn is no_rewards)
+
 
 _MODES = (
     RewardMode(

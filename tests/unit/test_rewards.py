@@ -419,7 +419,7 @@ def test_peer_weighted_lets_a_reliable_confident_peer_carry_the_vote_and_needs_u
     assert compute_rewards("peer_weighted", split).labels["a"] == [None, "1", "1"]
 
 
-def test_greedy_vote_samples_are_one_sample() -> None:
+def test_vote_samples_config_is_checked() -> None:
     from corl.config import ConfigError, parse_config
 
     members = [{"name": n, "model": "m", "servers": [f"http://{n}"]} for n in "ab"]
@@ -427,3 +427,7 @@ def test_greedy_vote_samples_are_one_sample() -> None:
         parse_config({"members": members, "reward": {"votes": {"samples": 4, "temperature": 0.0}}})
     cfg = parse_config({"members": members, "reward": {"votes": {"samples": 4, "temperature": 0.5}}})
     assert (cfg.reward.votes.samples, cfg.reward.votes.temperature) == (4, 0.5)
+    for mode in ("peer_judge", "ground_truth", "none"):  # modes that never read a vote
+        with pytest.raises(ConfigError, match=f"mode {mode} does not read votes"):
+            parse_config({"members": members, "reward": {"mode": mode, "votes": {"samples": 1}}})
+    assert [m for m, spec in REWARD_MODES.items() if spec.votes] == [*PEER_VOTE_MODES, "self_vote"]

@@ -31,6 +31,11 @@ class MemberConfig(_Section):
     lr: float | None = Field(
         default=None, gt=0, description="This member's learning rate (families differ in how far one step moves them)."
     )
+    teacher_of: Name | None = Field(
+        default=None,
+        description="Frozen only: this member (e.g. a trained member's starting weights) votes for that trained "
+        "member alone, beside its peers and never without them; it supervises no one else.",
+    )
 
 
 class PromptSource(_Section):
@@ -227,9 +232,24 @@ class CohortConfig(_Section):
         generated = self.task.source is None and self.rounds.prompt_source.kind == "task"
         if generated and not get_task(self.task.name).generates:
             raise ValueError(f"task {self.task.name!r} has no generator: set task.source (e.g. packaged:gsm8k)")
+        trained = {m.name for m in self.members if m.role == "trained"}
+        bad = [f"{m.name} -> {m.teacher_of}" for m in self.members if m.teacher_of and m.teacher_of not in trained]
+        if bad:
+            raise ValueError(f"teacher_of must name a trained member: {bad}")
+        teaching = [m.name for m in self.members if m.teacher_of and m.role != "frozen"]
+        if teaching:
+            raise ValueError(f"teachers are frozen members (role: frozen): {teaching}")
+        from corl.rewards.modes import REWARD_MODES
+
+        if self.teachers() and not REWARD_MODES[self.reward.mode].votes:
+            raise ValueError(f"teachers vote; reward mode {self.reward.mode} reads no votes")
         if self.rounds.min_quorum > len(self.members):
             raise ValueError(f"rounds.min_quorum={self.rounds.min_quorum} exceeds the {len(self.members)} members")
         return self
+
+    def teachers(self) -> dict[str, str]:
+        """teacher -> the trained member it votes for."""
+        return {m.name: m.teacher_of for m in self.members if m.teacher_of}
 
     def sampling(self) -> SamplingSettings:
         """The run's sampling settings: what every generate call asks for and every batch carries."""

@@ -30,7 +30,10 @@ def experiment(
     eval_prompts: int = typer.Option(200, "--eval-prompts", min=10),
     eval_every: int = typer.Option(10, "--eval-every", min=1, help="Held-out reading every N weight versions."),
     settings: list[str] = typer.Option(
-        [], "--set", help="Config override for every run, KEY=YAML-VALUE (repeatable): --set reward.threshold=0.5"
+        [],
+        "--set",
+        help="Config override for every run, KEY=YAML-VALUE (repeatable): --set reward.threshold=0.5; "
+        "teachers=start gives each trained member its starting weights as a teacher (a frozen extra voter).",
     ),
     force: bool = typer.Option(False, "--force", help=FORCE_HELP),
     memory: str | None = typer.Option(None, "--memory", help=MEMORY_HELP),

@@ -29,6 +29,8 @@ def embedded_config(
 
     ``base`` (a user's config) keeps its own rounds/reward/training sections; only addresses and
     folders are replaced. Without it every member of ``cohort_dir`` is trained with the defaults.
+    ``overrides`` are dotted config keys, plus ``teachers: start``: every trained member gets a
+    frozen copy of its starting weights that votes for it (``with_start_teachers``).
     """
     if base is None:
         members = [
@@ -38,14 +40,31 @@ def embedded_config(
         data: dict = {"run_id": "embedded", "members": members}
     else:
         data = base.model_dump(mode="json")
-    for key, value in (overrides or {}).items():
+    overrides = dict(overrides or {})
+    teachers = overrides.pop("teachers", None)
+    if teachers not in (None, "start"):
+        raise ValueError(f"teachers={teachers!r}: the one kind of teacher is 'start' (the starting weights)")
+    for key, value in overrides.items():
         _set_path(data, key, value)
+    if teachers == "start":
+        data["members"] = with_start_teachers(data["members"])
     data["redis_url"] = redis_url
     data["weights_dir"] = str((run_dir / "weights").resolve())
     data["checkpoints_dir"] = str((run_dir / "checkpoints").resolve())
     cfg = parse_config(data)
     local = [m.model_copy(update={"servers": [f"http://127.0.0.1:{free_port()}"]}) for m in cfg.members]
     return cfg.model_copy(update={"members": local})
+
+
+def with_start_teachers(members: list[dict]) -> list[dict]:
+    """``members`` and, for each trained one, ``<name>-start``: its starting model, frozen, voting
+    for it alone beside its peers (Co-rewarding's slow teacher, at its slowest)."""
+    teachers = [
+        {**m, "name": f"{m['name']}-start", "role": "frozen", "teacher_of": m["name"], "lr": None}
+        for m in members
+        if m.get("role", "trained") == "trained"
+    ]
+    return [*members, *teachers]
 
 
 def _set_path(data: dict, dotted: str, value: object) -> None:

@@ -22,7 +22,7 @@ from corl.rewards.diagnostics import (
     majority_ratio,
     reward_accuracy,
 )
-from corl.rewards.inputs import Answers, RewardInputs, RewardOutcome, plurality, pseudo_label
+from corl.rewards.inputs import Answers, RewardInputs, RewardOutcome, plurality, pseudo_label, supervisors
 from corl.rewards.judge import combine_grades, judge_rewards, weighted_median, weighted_trimmed_mean
 from corl.rewards.modes import PEER_VOTE_MODES, REWARD_MODES, RewardMode, compute_rewards
 from corl.rewards.reliability import (
@@ -33,7 +33,6 @@ from corl.rewards.reliability import (
     peer_votes_reliability_update,
 )
 from corl.rewards.round import MemberOutcome, RoundOutcome, grade_round
-from corl.rewards.votes import supervisors
 
 __all__ = [
     "collapse_round",

@@ -48,6 +48,37 @@ def pseudo_label(answers: Sequence[str | None], threshold: float = 0.0) -> str |
     return label
 
 
+def supervisors(
+    member: str,
+    present: Sequence[str],
+    topology: Literal["all", "ring"],
+    order: Sequence[str] | None,
+    teachers: Mapping[str, str] | None = None,
+) -> list[str]:
+    """The members whose votes supervise ``member``: all other peers, or its ring predecessor, plus
+    its own teachers (``teachers``: teacher -> student) when they are present.
+
+    Teachers supervise only their student and never alone: without a peer there is no supervision.
+    In the ring, members absent this round (not in ``present``) are skipped, so the predecessor is
+    the nearest present peer before ``member`` in ``order``.
+    """
+    teachers = teachers or {}
+    mine = [t for t in present if teachers.get(t) == member]
+    peers = [m for m in present if m not in teachers]
+    if topology == "all":
+        sups = [m for m in peers if m != member]
+    elif topology == "ring":
+        ring = [m for m in (order if order is not None else present) if m not in teachers]
+        unknown = [m for m in peers if m not in ring]
+        if unknown:
+            raise ValueError(f"members {unknown} are missing from the ring order {ring}")
+        live = [m for m in ring if m in peers]
+        sups = [live[live.index(member) - 1]] if len(live) >= 2 and member in live else []
+    else:
+        raise ValueError(f"unknown topology {topology!r}; expected 'all' or 'ring'")
+    return sups + mine if sups else []
+
+
 def check_shapes(answers: Answers, members: Sequence[str]) -> int:
     missing = [m for m in members if m not in answers]
     if missing:
@@ -69,6 +100,7 @@ class RewardInputs:
     threshold: float = 0.0
     topology: Literal["all", "ring"] = "all"
     order: Sequence[str] | None = None
+    teachers: Mapping[str, str] | None = None  # teacher -> the one member it votes for (beside its peers)
     reliability: Mapping[str, float] | None = None
     dataset_answers: Sequence[str | None] | None = None
     grades: Mapping[str, Sequence[Sequence[Mapping[str, float]]]] | None = None
@@ -84,6 +116,10 @@ class RewardInputs:
             if check_shapes(self.votes, self.members) != n:
                 raise ValueError("votes and answers must cover the same prompts")
         return n
+
+    def supervisors(self, member: str) -> list[str]:
+        """Whose ballots supervise ``member`` this round (see ``supervisors``)."""
+        return supervisors(member, list(self.answers), self.topology, self.order, self.teachers)
 
     @property
     def ballots(self) -> Answers:

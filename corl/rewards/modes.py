@@ -138,12 +138,14 @@ def compute_rewards(
     reliability: Mapping[str, float] | None = None,
     dataset_answers: Sequence[str | None] | None = None,
     votes: Answers | None = None,
+    teachers: Mapping[str, str] | None = None,
 ) -> RewardOutcome:
     """Per-sample rewards for ``members`` (default: every member in ``answers``) from one round of
     answers, by a vote mode of ``REWARD_MODES``. Every member in ``answers``
     votes (frozen members too). ``reliability`` (member -> weight, default 1.0) weighs
     ``peer_agreement`` votes. ``dataset_answers`` reaches only modes that use labels. ``votes``:
-    samples drawn only to vote (default: the rewarded ``answers`` vote)."""
+    samples drawn only to vote (default: the rewarded ``answers`` vote). ``teachers``: teacher ->
+    the one member it votes for, beside that member's peers."""
     spec = REWARD_MODES.get(mode)  # type: ignore[call-overload]
     if spec is None or spec.judged:
         hint = "; peer_judge rewards come from judge_rewards()" if mode == "peer_judge" else ""
@@ -156,6 +158,7 @@ def compute_rewards(
         threshold=threshold,
         topology=topology,
         order=order,
+        teachers=teachers,
         reliability=reliability,
         dataset_answers=dataset_answers if spec.uses_labels else None,
     )

@@ -95,6 +95,7 @@ def grade_round(
     *,
     learnt_weights: Mapping[str, float] | None = None,
     order: Sequence[str] | None = None,
+    teachers: Mapping[str, str] | None = None,
     dataset_answers: Sequence[str | None] | None = None,
     grades: Grades | None = None,
     answers: Answers | None = None,
@@ -104,7 +105,8 @@ def grade_round(
 
     ``weights``: graders' effective reliabilities (they weigh peer_agreement votes and judge scores);
     ``learnt_weights``: their learnt weights, quarantined ones included, for measuring agreement
-    (default ``weights``). ``order``: the cohort's member order (ring topology). ``grades``: the
+    (default ``weights``). ``order``: the cohort's member order (ring topology); ``teachers``:
+    teacher -> the member it votes for. ``grades``: the
     judge scores of a judged mode. ``answers``: already extracted, else read here with ``task``.
     ``votes``: member -> its vote-only samples of the same prompts (``reward.votes``); they replace
     the rewarded samples as the member's ballots.
@@ -123,6 +125,7 @@ def grade_round(
             threshold=reward.threshold,
             topology=reward.topology,
             order=order,
+            teachers=teachers,
             reliability=weights,
             dataset_answers=dataset_answers if mode.uses_labels else None,
             grades=grades,

@@ -8,31 +8,8 @@ Dataset answers are read by the ``ground_truth`` baseline and nowhere else.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Literal
 
 from .inputs import Answers, RewardInputs, RewardOutcome, check_shapes, plurality, pseudo_label
-
-
-def supervisors(
-    member: str, present: Sequence[str], topology: Literal["all", "ring"], order: Sequence[str] | None
-) -> list[str]:
-    """The peers whose votes supervise ``member``: all others, or its ring predecessor.
-
-    In the ring, members absent this round (not in ``present``) are skipped, so the predecessor
-    is the nearest present member before ``member`` in ``order``.
-    """
-    if topology == "all":
-        return [m for m in present if m != member]
-    if topology != "ring":
-        raise ValueError(f"unknown topology {topology!r}; expected 'all' or 'ring'")
-    ring = list(order) if order is not None else list(present)
-    unknown = [m for m in present if m not in ring]
-    if unknown:
-        raise ValueError(f"members {unknown} are missing from the ring order {ring}")
-    live = [m for m in ring if m in present]
-    if len(live) < 2:
-        return []
-    return [live[live.index(member) - 1]]
 
 
 def _match(samples: Sequence[str | None], label: str | None) -> list[float]:
@@ -74,9 +51,7 @@ def peer_label_rewards(inp: RewardInputs) -> RewardOutcome:
     """Co-RL: 1 if the sample equals the peers' label (plurality of the supervisors' pseudo-labels,
     ties discarded), else 0; a prompt without a label gives 0 to all its samples."""
     n, pseudo = inp.n_prompts, inp.pseudo()
-    labels = {
-        m: _peer_labels(pseudo, supervisors(m, list(inp.answers), inp.topology, inp.order), n) for m in inp.members
-    }
+    labels = {m: _peer_labels(pseudo, inp.supervisors(m), n) for m in inp.members}
     rewards = {m: [_match(s, lab) for s, lab in zip(inp.answers[m], labels[m], strict=True)] for m in inp.members}
     return _outcome(inp, rewards, labels, pseudo)
 
@@ -84,10 +59,10 @@ def peer_label_rewards(inp: RewardInputs) -> RewardOutcome:
 def peer_agreement_rewards(inp: RewardInputs) -> RewardOutcome:
     """Reliability-weighted fraction of the supervisors' samples (invalid ones count in the
     denominator) that equal this sample. ``labels`` holds the peer_label labels as a diagnostic."""
-    n, pseudo, present = inp.n_prompts, inp.pseudo(), list(inp.answers)
+    n, pseudo = inp.n_prompts, inp.pseudo()
     labels, rewards = {}, {}
     for m in inp.members:
-        sups = supervisors(m, present, inp.topology, inp.order)
+        sups = inp.supervisors(m)
         labels[m] = _peer_labels(pseudo, sups, n)
         rewards[m] = _agreement_rewards(inp.answers, inp.ballots, m, sups, inp.reliability)
     return _outcome(inp, rewards, labels, pseudo)
@@ -104,11 +79,8 @@ def pooled_labels(answers: Answers, sups: Sequence[str], n_prompts: int, thresho
 def peer_pool_rewards(inp: RewardInputs) -> RewardOutcome:
     """1 if the sample equals the plurality of the supervisors' pooled samples, else 0; a prompt
     whose pooled vote is tied or below ``threshold`` gives 0 to all its samples."""
-    n, present = inp.n_prompts, list(inp.answers)
-    labels = {
-        m: pooled_labels(inp.ballots, supervisors(m, present, inp.topology, inp.order), n, inp.threshold)
-        for m in inp.members
-    }
+    n = inp.n_prompts
+    labels = {m: pooled_labels(inp.ballots, inp.supervisors(m), n, inp.threshold) for m in inp.members}
     rewards = {m: [_match(s, lab) for s, lab in zip(inp.answers[m], labels[m], strict=True)] for m in inp.members}
     return _outcome(inp, rewards, labels)
 
@@ -150,12 +122,9 @@ def weighted_labels(
 def peer_weighted_rewards(inp: RewardInputs) -> RewardOutcome:
     """1 if the sample equals the supervisors' reliability- and confidence-weighted pooled vote
     (``weighted_labels``), else 0; a prompt without a label gives 0 to all its samples."""
-    n, present = inp.n_prompts, list(inp.answers)
+    n = inp.n_prompts
     labels = {
-        m: weighted_labels(
-            inp.ballots, supervisors(m, present, inp.topology, inp.order), n, inp.reliability, inp.threshold
-        )
-        for m in inp.members
+        m: weighted_labels(inp.ballots, inp.supervisors(m), n, inp.reliability, inp.threshold) for m in inp.members
     }
     rewards = {m: [_match(s, lab) for s, lab in zip(inp.answers[m], labels[m], strict=True)] for m in inp.members}
     return _outcome(inp, rewards, labels)
@@ -179,12 +148,12 @@ def peer_soft_rewards(inp: RewardInputs) -> RewardOutcome:
     the pool's consistency (the top share), so a prompt the peers disagree on counts little instead of
     being hard-labelled or dropped. Below ``threshold`` consistency a prompt's weight is 0. ``labels``
     holds the pooled plurality (None on a tie) as the diagnostic."""
-    n, present = inp.n_prompts, list(inp.answers)
+    n = inp.n_prompts
     rewards: dict[str, list[list[float]]] = {}
     labels: dict[str, list[str | None]] = {}
     weights: dict[str, list[float]] = {}
     for m in inp.members:
-        sups = supervisors(m, present, inp.topology, inp.order)
+        sups = inp.supervisors(m)
         rewards[m], labels[m], weights[m] = [], [], []
         for p in range(n):
             shares = pooled_shares(inp.ballots, sups, p) if sups else {}

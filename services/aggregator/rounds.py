@@ -169,6 +169,7 @@ class RoundDriver:
             rel.effective_weights(),
             learnt_weights=dict(rel.weights),
             order=self._order,
+            teachers=self.cfg.teachers(),
             dataset_answers=[e.answer for e in examples],
             grades=grades,
             votes=votes,

@@ -18,7 +18,7 @@ from corl.config import CohortConfig, parse_config
 from corl.proto import ErrorResponse, GradedBatch, RunStats
 from corl.services.aggregator import AggregatorSettings, create_app
 from corl.services.aggregator.serving import AggregatorServing
-from corl.services.aggregator.testing import FakeCohort
+from corl.services.aggregator.testing import FakeCohort, FakeMember
 
 _runs = itertools.count()
 ADMIN = "admin-secret"
@@ -289,6 +289,19 @@ async def test_vote_samples_are_drawn_at_their_temperature_and_set_the_labels(re
     for g, s in batch.samples():
         assert (s.reward == 1.0) == (s.answer == truth[g.prompt])
     assert [g.weight for g in batch.groups] == [1.0] * 4  # two peers' greedy ballots agree: full weight
+
+
+async def test_a_teacher_votes_for_its_student_and_no_one_else(redis_url: str) -> None:
+    """``teacher_of``: a frozen member that is always right votes for ``a`` only: a's labels are
+    the truth, b's (supervised by a alone, who is always wrong) never are."""
+    cfg = make_config(["a", "b", "t"], frozen=("t",), reward={"mode": "peer_pool"})
+    cfg.members[2].teacher_of = "a"
+    cohort = FakeCohort({"a": FakeMember("a", 0.0), "b": FakeMember("b", 0.0), "t": FakeMember("t", 1.0)})
+    async with aggregator(cfg, cohort, redis_url) as (svc, client):
+        assert (await svc.driver.run_round()).written == ["a", "b"]
+        stats = RunStats.model_validate_json((await client.get(f"/v1/runs/{cfg.run_id}/stats")).content)
+    assert stats.rounds[0].members["a"].label_accuracy == 1.0
+    assert not stats.rounds[0].members["b"].label_accuracy  # None (no label) or 0.0: never the truth
 
 
 @pytest.mark.parametrize("mode", ["peer_label", "peer_agreement"])

@@ -310,6 +310,8 @@ def test_invariant_rewards_never_depend_on_own_samples(mode: str, topology: str,
             "order": rng.sample(names, len(names)),
             "reliability": {m: rng.choice([0.0, 0.3, 1.0, 2.5]) for m in names},
         }
+        if len(names) >= 3 and rng.random() < 0.5:  # a teacher votes for one member
+            kw["teachers"] = {names[-1]: rng.choice(names[:-1])}
         votes = _random_votes(rng, answers) if with_votes else None
         member = rng.choice(names)
         table = _reward_table(mode, answers, member, votes=votes, **kw)
@@ -326,6 +328,27 @@ def test_invariant_rewards_never_depend_on_own_samples(mode: str, topology: str,
         assert perturbed.labels[member] == original.labels[member]
         own_weights = (original.weights or {}).get(member), (perturbed.weights or {}).get(member)
         assert own_weights[0] == own_weights[1]
+
+
+@pytest.mark.parametrize(
+    ("member", "topology", "expected"),
+    [
+        ("a", "all", ["b", "c", "a0"]),  # its teacher beside its peers
+        ("b", "all", ["a", "c"]),  # a's teacher supervises no one else
+        ("a", "ring", ["c", "a0"]),
+        ("b", "ring", ["a"]),  # the teacher is not in the ring
+    ],
+)
+def test_a_teacher_votes_for_its_student_only(member: str, topology: str, expected: list[str]) -> None:
+    present = ["a", "b", "c", "a0"]
+    assert supervisors(member, present, topology, ["a", "b", "c", "a0"], {"a0": "a"}) == expected  # type: ignore[arg-type]
+
+
+def test_a_teacher_never_supervises_alone() -> None:
+    assert supervisors("a", ["a", "a0"], "all", None, {"a0": "a"}) == []
+    answers: Answers = {"a": [["1", "2"]], "a0": [["1", "1"]]}
+    out = compute_rewards("peer_pool", answers, members=["a"], teachers={"a0": "a"})
+    assert out.rewards["a"] == [[0.0, 0.0]] and out.labels["a"] == [None]
 
 
 def test_vote_samples_replace_the_rewarded_samples_as_ballots() -> None:
@@ -431,3 +454,19 @@ def test_vote_samples_config_is_checked() -> None:
         with pytest.raises(ConfigError, match=f"mode {mode} does not read votes"):
             parse_config({"members": members, "reward": {"mode": mode, "votes": {"samples": 1}}})
     assert [m for m, spec in REWARD_MODES.items() if spec.votes] == [*PEER_VOTE_MODES, "self_vote"]
+
+
+def test_teachers_are_frozen_and_teach_a_trained_member() -> None:
+    from corl.config import ConfigError, parse_config
+
+    def members(**teacher: object) -> list[dict]:
+        base = [{"name": n, "model": "m", "servers": [f"http://{n}"]} for n in "ab"]
+        return [*base, {"name": "t", "model": "m", "servers": ["http://t"], "role": "frozen", **teacher}]
+
+    assert parse_config({"members": members(teacher_of="a")}).teachers() == {"t": "a"}
+    with pytest.raises(ConfigError, match="teacher_of must name a trained member"):
+        parse_config({"members": members(teacher_of="zz")})
+    with pytest.raises(ConfigError, match="teachers are frozen members"):
+        parse_config({"members": members(teacher_of="a", role="trained")})
+    with pytest.raises(ConfigError, match="reward mode peer_judge reads no votes"):
+        parse_config({"members": members(teacher_of="a"), "reward": {"mode": "peer_judge"}})

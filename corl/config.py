@@ -7,13 +7,15 @@ field at once.
 
 from __future__ import annotations
 
+import os
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 
-from corl.proto import RewardModeName, SamplingSettings
+from corl.proto import EndpointApi, RewardModeName, SamplingSettings
 
 Name = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9-]{0,39}$")]
 
@@ -22,15 +24,101 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+class EndpointConfig(_Section):
+    """An outside OpenAI-compatible server (vLLM, SGLang, llama.cpp, Ollama, TGI, a hosted API) as a
+    member. Its key is read from the environment variable ``api_key_env`` names, never from this file."""
+
+    api: EndpointApi = Field(
+        default="openai-chat",
+        description="openai-chat: POST {base_url}/chat/completions with the task prompt as system + user "
+        "messages; openai-completions: POST {base_url}/completions with the task's plain template.",
+    )
+    base_url: str = Field(pattern=r"^https?://\S+$", description="The API root, e.g. http://127.0.0.1:8000/v1.")
+    model: str = Field(min_length=1, description="The model name the server serves (the request's `model`).")
+    api_key_env: str | None = Field(
+        default=None,
+        description="Name of the environment variable holding the API key (sent as a Bearer token); None: no key.",
+    )
+    max_concurrency: int = Field(default=4, ge=1, description="Requests to this endpoint in flight at once.")
+    timeout_s: float | None = Field(
+        default=None, gt=0, description="Bound on one request, connect to last byte; None: rounds.request_timeout_s."
+    )
+    attempts: int = Field(default=4, ge=1, description="Tries of one request on 429, 5xx and connection errors.")
+    max_retry_wait_s: float = Field(
+        default=30.0, ge=0, description="Longest wait before a retry, Retry-After included (a longer one fails now)."
+    )
+    n: Literal["auto", "yes", "no"] = Field(
+        default="auto",
+        description="Whether one request may ask for n samples: auto: try it once and remember the answer; "
+        "no: one request per sample (seeds differ).",
+    )
+
+    @field_validator("api_key_env")
+    @classmethod
+    def _env_name(cls, v: str | None) -> str | None:
+        if v is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", v):
+            # Said without echoing the value: it may be the key itself, pasted by mistake.
+            raise ValueError("must name an environment variable (letters, digits, _); the key itself never goes here")
+        return v
+
+    def api_key(self) -> SecretStr | None:
+        """The key from the environment; ``KeyError`` naming the variable when it is not set."""
+        if self.api_key_env is None:
+            return None
+        value = os.environ.get(self.api_key_env)
+        if not value:
+            raise KeyError(f"environment variable {self.api_key_env} (an endpoint's api_key_env) is not set")
+        return SecretStr(value)
+
+
 class MemberConfig(_Section):
+    """A member served by corl model servers (``model`` + ``servers``), or an outside ``endpoint``
+    (always frozen: it votes and grades, it never trains)."""
+
     name: Name
-    model: str = Field(description="Model directory (save_pretrained layout) or hub name.")
-    servers: list[str] = Field(min_length=1, description="Base URLs of the member's server replicas.")
+    model: str | None = Field(default=None, description="Model directory (save_pretrained layout) or hub name.")
+    servers: list[str] = Field(default_factory=list, description="Base URLs of the member's server replicas.")
+    endpoint: EndpointConfig | None = Field(
+        default=None, description="An outside OpenAI-compatible server instead of model and servers."
+    )
     role: Literal["trained", "frozen"] = "trained"
     backend: Literal["transformers", "vllm"] = "transformers"
     lr: float | None = Field(
         default=None, gt=0, description="This member's learning rate (families differ in how far one step moves them)."
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _endpoints_default_frozen(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("endpoint") is not None and "role" not in data:
+            return {**data, "role": "frozen"}
+        return data
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> MemberConfig:
+        if self.endpoint is None:
+            if self.model is None or not self.servers:
+                raise ValueError(f"member {self.name!r} needs a model and at least one server, or an endpoint")
+            return self
+        if self.role == "trained":
+            raise ValueError(f"member {self.name!r} is an outside endpoint: it never trains (role must be frozen)")
+        # Checked by value, not by the fields given: a dumped config (model: null, servers: []) reads back.
+        served = [k for k, v in (("model", self.model), ("servers", self.servers)) if v] + (
+            ["backend"] if self.backend != "transformers" else []
+        )
+        if served:
+            raise ValueError(f"member {self.name!r} is an outside endpoint: it takes no {served}")
+        return self
+
+    @property
+    def is_endpoint(self) -> bool:
+        return self.endpoint is not None
+
+    def model_path(self) -> str:
+        """The model corl serves for this member (every member but an outside endpoint has one)."""
+        if self.model is None:
+            raise ValueError(f"member {self.name!r} is an outside endpoint: corl serves no model for it")
+        return self.model
 
 
 class PromptSource(_Section):
@@ -223,6 +311,10 @@ class CohortConfig(_Section):
         own = self.member(member).lr
         return self.training.lr if own is None else own
 
+    def served_members(self) -> list[MemberConfig]:
+        """Members served by corl model servers: every member but the outside endpoints."""
+        return [m for m in self.members if m.endpoint is None]
+
     def member(self, name: str) -> MemberConfig:
         for m in self.members:
             if m.name == name:
@@ -279,7 +371,7 @@ def _looks_like_hub_id(p: str) -> bool:
 
 
 def _resolve_paths(cfg: CohortConfig, base: Path) -> CohortConfig:
-    members = [m.model_copy(update={"model": _resolve(m.model, base)}) for m in cfg.members]
+    members = [m if m.model is None else m.model_copy(update={"model": _resolve(m.model, base)}) for m in cfg.members]
     src = cfg.rounds.prompt_source
     if src.path:
         src = src.model_copy(update={"path": str((base / src.path).resolve())})

@@ -21,6 +21,7 @@ from .diagnostics import (
     answer_stats,
     cohort_diversity,
     label_accuracy,
+    label_share,
     majority_ratio,
     reward_accuracy,
 )
@@ -43,6 +44,7 @@ class MemberOutcome:
     label_accuracy: float | None  # the supervision label vs dataset answers (TTRL); a diagnostic
     reward_accuracy: float | None  # rewarded exactly when right (TTRL); a diagnostic
     majority_ratio: float  # share of G samples giving the plurality answer
+    label_share: float | None = None  # share of the other members' labels equal to this member's pseudo-label
 
 
 @dataclass(frozen=True)
@@ -59,6 +61,13 @@ def extract_answers(responses: Mapping[str, GenerateResponse], task: Task) -> di
     pairs = [(pr.prompt, s.text) for resp in responses.values() for pr in resp.results for s in pr.samples]
     flat = iter(extract_all(task, pairs))
     return {m: [[next(flat) for _ in pr.samples] for pr in resp.results] for m, resp in responses.items()}
+
+
+def response_tokens(resp: GenerateResponse) -> int:
+    """Tokens of a member's samples: their token ids, or the usage an outside endpoint reported (its
+    samples carry text only)."""
+    counted = sum(len(s.token_ids) for pr in resp.results for s in pr.samples)
+    return resp.usage.completion_tokens if resp.usage is not None and not counted else counted
 
 
 def member_diagnostics(
@@ -125,8 +134,9 @@ def grade_round(
         )
     )
     members = {}
+    shares = label_share(out.pseudo_labels, out.labels)
     for m in present:
-        tokens = sum(len(s.token_ids) for pr in responses[m].results for s in pr.samples)
+        tokens = response_tokens(responses[m])
         diag, rate = member_diagnostics(answers[m], out.rewards[m], out.labels[m], tokens)
         truth = dataset_answers
         members[m] = MemberOutcome(
@@ -140,6 +150,7 @@ def grade_round(
             label_accuracy=label_accuracy(out.labels[m], truth) if truth is not None else None,
             reward_accuracy=reward_accuracy(answers[m], out.rewards[m], truth) if truth is not None else None,
             majority_ratio=majority_ratio(answers[m]),
+            label_share=shares[m],
         )
     rel = reward.reliability
     if mode.judged and rel.grounding == "votes":

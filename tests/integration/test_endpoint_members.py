@@ -312,12 +312,16 @@ async def test_the_api_key_appears_in_no_log_stats_metrics_or_run_state(
         assert KEY not in text
     # Everything the run keeps in Redis, and the config file a run directory holds.
     r = sync_redis(redis_url)
-    kept = []
-    for k in r.scan_iter(f"corl:{cfg.run_id}:*"):
-        kind = r.type(k).decode()
-        read = {"stream": r.xrange, "hash": r.hgetall, "string": r.get, "list": lambda x: r.lrange(x, 0, -1)}
-        kept.append(repr(read.get(kind, lambda x: kind)(k)))
-    assert kept and not any(KEY in text for text in kept)
+    read = {
+        "stream": r.xrange,
+        "hash": r.hgetall,
+        "string": r.get,
+        "list": lambda k: r.lrange(k, 0, -1),
+        "zset": lambda k: r.zrange(k, 0, -1),
+        "set": r.smembers,
+    }
+    kept = [repr(read[r.type(k).decode()](k)) for k in r.scan_iter(f"corl:{cfg.run_id}:*")]
+    assert len(kept) > 3 and not any(KEY in text for text in kept)
     dump_config(cfg, tmp_path / "cohort.yaml")
     text = (tmp_path / "cohort.yaml").read_text()
     assert KEY not in text and key_env in text

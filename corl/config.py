@@ -33,7 +33,11 @@ class EndpointConfig(_Section):
         description="openai-chat: POST {base_url}/chat/completions with the task prompt as system + user "
         "messages; openai-completions: POST {base_url}/completions with the task's plain template.",
     )
-    base_url: str = Field(pattern=r"^https?://\S+$", description="The API root, e.g. http://127.0.0.1:8000/v1.")
+    base_url: str = Field(
+        # No query string or user info: a key never rides in the URL (URLs are logged, keys never are).
+        pattern=r"^https?://[^\s?#@]+$",
+        description="The API root, e.g. http://127.0.0.1:8000/v1 (no query string, no user:password@).",
+    )
     model: str = Field(min_length=1, description="The model name the server serves (the request's `model`).")
     api_key_env: str | None = Field(
         default=None,

@@ -382,3 +382,31 @@ async def test_a_members_reward_never_depends_on_its_own_samples_with_an_endpoin
     assert all(len(r) == 1 for r in table.values()), table
     shared = {(p, a) for p, a, _ in rewards[0]} & {(p, a) for p, a, _ in rewards[1]}
     assert any(table[k] == {1.0} for k in shared)  # answers both runs gave, rewarded alike (not vacuous)
+
+
+# --- the reward server for outside trainers, with an endpoint member --------------------------------
+
+REWARD_BODY = {"query": ["12+34=46", "12+34=47", "50+50=100"], "prompts": ["12+34=", "12+34=", "50+50="]}
+
+
+@pytest.mark.parametrize("mode", ["consensus", "judge"])
+async def test_the_reward_server_asks_the_endpoint_too(redis_url: str, mode: str) -> None:
+    cfg = config(endpoint={"n": "yes"}, min_quorum=2)
+    ep = FakeEndpoint("ops", accuracy=1.0)
+    fake = cohort(ep, accuracy=0.0)
+    fake.members["a"].accuracy = 1.0  # a is right, b is not: without the endpoint their labels tie
+    for m in fake.members.values():
+        m.judge = "always_one" if mode == "judge" else "honest"
+    settings: dict[str, Any] = {"reward_server": {"mode": mode, "samples_per_prompt": 8}}
+    async with aggregator(cfg, fake, redis_url, **settings) as (_, client):
+        r = await client.post("/get_reward", json=REWARD_BODY)
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["weight_versions"]["ops"] == 0 and ep.bodies
+    if mode == "consensus":
+        # The consensus is the plurality of the members' pseudo-labels: a's and the endpoint's.
+        assert body["rewards"] == [1.0, 0.0, 1.0]
+    else:
+        # a and b score everything 1; the endpoint's verdicts (0.9 / 0.1) pull the wrong one down.
+        assert body["rewards"][1] < body["rewards"][0] and body["rewards"][1] < body["rewards"][2]
+        assert all(b["temperature"] == 0.0 for b in ep.bodies)

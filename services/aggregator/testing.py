@@ -201,37 +201,20 @@ class FakeEndpoint:
             ]
             tops = {}
         with_lp = wants_logprobs and self.logprobs == "return"
-        choices = []
+        choices: list[dict[str, Any]] = []
         for i, content in enumerate(contents):
             value: str | None = None if step == "no_content" else content
+            lp: dict[str, Any] | None = None
             if chat:
-                lp = (
-                    {
-                        "content": [
-                            {
-                                "token": content,
-                                "logprob": -0.1,
-                                "top_logprobs": [{"token": t, "logprob": v} for t, v in tops.items()],
-                            }
-                        ]
-                    }
-                    if with_lp
-                    else None
-                )
-                choices.append(
-                    {
-                        "index": i,
-                        "message": {"role": "assistant", "content": value},
-                        "logprobs": lp,
-                        "finish_reason": "stop",
-                        "stop_reason": None,
-                    }
-                )
+                if with_lp:
+                    cands = [{"token": t, "logprob": v} for t, v in tops.items()]
+                    lp = {"content": [{"token": content, "logprob": -0.1, "top_logprobs": cands}]}
+                message = {"role": "assistant", "content": value}
+                choices.append({"index": i, "message": message, "logprobs": lp, "finish_reason": "stop"})
             else:
-                lp = {"tokens": [content], "token_logprobs": [-0.1], "top_logprobs": [tops], "text_offset": [0]}
-                choices.append(
-                    {"index": i, "text": value, "logprobs": lp if with_lp else None, "finish_reason": "length"}
-                )
+                if with_lp:
+                    lp = {"tokens": [content], "token_logprobs": [-0.1], "top_logprobs": [tops], "text_offset": [0]}
+                choices.append({"index": i, "text": value, "logprobs": lp, "finish_reason": "length"})
         usage = {"prompt_tokens": 7, "completion_tokens": 2 * len(contents), "total_tokens": 7 + 2 * len(contents)}
         obj = "chat.completion" if chat else "text_completion"
         return httpx.Response(

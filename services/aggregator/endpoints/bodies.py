@@ -7,8 +7,10 @@ prompt as the user's) on ``openai-chat`` when the task uses chat, else in the ta
 
 from __future__ import annotations
 
+from typing import Any
+
 from corl.proto import EndpointApi, PromptFormat, SamplingSettings
-from corl.proto.openai import ChatCompletionRequest, ChatMessage, CompletionRequest
+from corl.proto.openai import ChatCompletionRequest, CompletionRequest
 
 JUDGE_MAX_TOKENS = 4  # room for a leading space or newline before the verdict word
 JUDGE_TOP_LOGPROBS = 20  # the most OpenAI's chat API returns; completions allow 5
@@ -27,25 +29,25 @@ def sample_body(
         "stop": list(sampling.stop) or None,
         "seed": seed,
     }
-    if api == "openai-chat":
-        return _dump(ChatCompletionRequest(messages=_messages(prompt, fmt), **common))
-    return _dump(CompletionRequest(prompt=fmt.plain(prompt), **common))
+    return _body(api, prompt, fmt, common)
 
 
 def judge_body(api: EndpointApi, model: str, text: str, fmt: PromptFormat, logprobs: bool) -> bytes:
     """One greedy request for a verdict on a judge text; with ``logprobs``, the top candidates of each token."""
-    common = {"model": model, "n": 1, "temperature": 0.0, "max_tokens": JUDGE_MAX_TOKENS}
+    common: dict[str, Any] = {"model": model, "n": 1, "temperature": 0.0, "max_tokens": JUDGE_MAX_TOKENS}
+    if logprobs and api == "openai-chat":
+        common |= {"logprobs": True, "top_logprobs": JUDGE_TOP_LOGPROBS}
+    elif logprobs:
+        common["logprobs"] = 5
+    return _body(api, text, fmt, common)
+
+
+def _body(api: EndpointApi, prompt: str, fmt: PromptFormat, fields: dict[str, Any]) -> bytes:
+    req: ChatCompletionRequest | CompletionRequest
     if api == "openai-chat":
-        extra = {"logprobs": True, "top_logprobs": JUDGE_TOP_LOGPROBS} if logprobs else {}
-        return _dump(ChatCompletionRequest(messages=_messages(text, fmt), **common, **extra))
-    return _dump(CompletionRequest(prompt=fmt.plain(text), **common, **({"logprobs": 5} if logprobs else {})))
-
-
-def _messages(prompt: str, fmt: PromptFormat) -> list[ChatMessage]:
-    turns = fmt.messages(prompt) if fmt.chat else [{"role": "user", "content": fmt.plain(prompt)}]
-    return [ChatMessage.model_validate(t) for t in turns]
-
-
-def _dump(req: ChatCompletionRequest | CompletionRequest) -> bytes:
+        turns = fmt.messages(prompt) if fmt.chat else [{"role": "user", "content": fmt.plain(prompt)}]
+        req = ChatCompletionRequest.model_validate({**fields, "messages": turns})
+    else:
+        req = CompletionRequest.model_validate({**fields, "prompt": fmt.plain(prompt)})
     # Only what was set: an outside server reads its own defaults for the rest.
     return req.model_dump_json(exclude_unset=True, exclude_none=True).encode()

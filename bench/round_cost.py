@@ -118,7 +118,7 @@ def bench_member(cfg, name: str, rounds: int, tmp: Path) -> dict:  # type: ignor
     sp = cfg.sampling()
     rc = cfg.rounds
     rl = load_splits(cfg.task, rc.prompt_source.seed).rl
-    backend = TransformersBackend(member.model, name, num_threads=1)
+    backend = TransformersBackend(member.model_path(), name, num_threads=1)
     _, start_s = _timed(backend._start_sync)
     renderer = PromptRenderer(backend.tokenizer)
     policy = PolicyTrainer(cfg, name, torch.device("cpu"))
@@ -167,7 +167,7 @@ def bench_member(cfg, name: str, rounds: int, tmp: Path) -> dict:  # type: ignor
         _, s = _timed(backend._load_sync, r + 1, str(pub.path), fmt, pub.sha256)
         phases["swap"].append(s)
     t0 = time.perf_counter()
-    raw = AutoModelForCausalLM.from_pretrained(member.model)
+    raw = AutoModelForCausalLM.from_pretrained(member.model_path())
     for p in raw.parameters():
         p.detach().sum()  # read every weight into memory (from_pretrained maps the file lazily)
     raw_s = time.perf_counter() - t0

@@ -7,25 +7,84 @@ field at once.
 
 from __future__ import annotations
 
+import os
+import re
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 
-from corl.proto import RewardModeName, SamplingSettings
+from corl.proto import EndpointApi, SamplingSettings
 
-Name = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9-]{0,39}$")]
+from .config_base import Name, _Section
+from .config_reward import JudgeConfig as JudgeConfig  # the reward section, re-exported
+from .config_reward import ReliabilityConfig as ReliabilityConfig
+from .config_reward import RewardConfig
+from .config_reward import VoteConfig as VoteConfig
 
 
-class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class EndpointConfig(_Section):
+    """An outside OpenAI-compatible server (vLLM, SGLang, llama.cpp, Ollama, TGI, a hosted API) as a
+    member. Its key is read from the environment variable ``api_key_env`` names, never from this file."""
+
+    api: EndpointApi = Field(
+        default="openai-chat",
+        description="openai-chat: POST {base_url}/chat/completions with the task prompt as system + user "
+        "messages; openai-completions: POST {base_url}/completions with the task's plain template.",
+    )
+    base_url: str = Field(
+        # No query string or user info: a key never rides in the URL (URLs are logged, keys never are).
+        pattern=r"^https?://[^\s?#@]+$",
+        description="The API root, e.g. http://127.0.0.1:8000/v1 (no query string, no user:password@).",
+    )
+    model: str = Field(min_length=1, description="The model name the server serves (the request's `model`).")
+    api_key_env: str | None = Field(
+        default=None,
+        description="Name of the environment variable holding the API key (sent as a Bearer token); None: no key.",
+    )
+    max_concurrency: int = Field(default=4, ge=1, description="Requests to this endpoint in flight at once.")
+    timeout_s: float | None = Field(
+        default=None, gt=0, description="Bound on one request, connect to last byte; None: rounds.request_timeout_s."
+    )
+    attempts: int = Field(default=4, ge=1, description="Tries of one request on 429, 5xx and connection errors.")
+    max_retry_wait_s: float = Field(
+        default=30.0, ge=0, description="Longest wait before a retry, Retry-After included (a longer one fails now)."
+    )
+    n: Literal["auto", "yes", "no"] = Field(
+        default="auto",
+        description="Whether one request may ask for n samples: auto: try it once and remember the answer; "
+        "no: one request per sample (seeds differ).",
+    )
+
+    @field_validator("api_key_env")
+    @classmethod
+    def _env_name(cls, v: str | None) -> str | None:
+        if v is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", v):
+            # Said without echoing the value: it may be the key itself, pasted by mistake.
+            raise ValueError("must name an environment variable (letters, digits, _); the key itself never goes here")
+        return v
+
+    def api_key(self) -> SecretStr | None:
+        """The key from the environment; ``KeyError`` naming the variable when it is not set."""
+        if self.api_key_env is None:
+            return None
+        value = os.environ.get(self.api_key_env)
+        if not value:
+            raise KeyError(f"environment variable {self.api_key_env} (an endpoint's api_key_env) is not set")
+        return SecretStr(value)
 
 
 class MemberConfig(_Section):
+    """A member served by corl model servers (``model`` + ``servers``), or an outside ``endpoint``
+    (always frozen: it votes and grades, it never trains)."""
+
     name: Name
-    model: str = Field(description="Model directory (save_pretrained layout) or hub name.")
-    servers: list[str] = Field(min_length=1, description="Base URLs of the member's server replicas.")
+    model: str | None = Field(default=None, description="Model directory (save_pretrained layout) or hub name.")
+    servers: list[str] = Field(default_factory=list, description="Base URLs of the member's server replicas.")
+    endpoint: EndpointConfig | None = Field(
+        default=None, description="An outside OpenAI-compatible server instead of model and servers."
+    )
     role: Literal["trained", "frozen"] = "trained"
     backend: Literal["transformers", "vllm"] = "transformers"
     lr: float | None = Field(
@@ -36,6 +95,39 @@ class MemberConfig(_Section):
         description="Frozen only: this member (e.g. a trained member's starting weights) votes for that trained "
         "member alone, beside its peers and never without them; it supervises no one else.",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _endpoints_default_frozen(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("endpoint") is not None and "role" not in data:
+            return {**data, "role": "frozen"}
+        return data
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> MemberConfig:
+        if self.endpoint is None:
+            if self.model is None or not self.servers:
+                raise ValueError(f"member {self.name!r} needs a model and at least one server, or an endpoint")
+            return self
+        if self.role == "trained":
+            raise ValueError(f"member {self.name!r} is an outside endpoint: it never trains (role must be frozen)")
+        # Checked by value, not by the fields given: a dumped config (model: null, servers: []) reads back.
+        served = [k for k, v in (("model", self.model), ("servers", self.servers)) if v] + (
+            ["backend"] if self.backend != "transformers" else []
+        )
+        if served:
+            raise ValueError(f"member {self.name!r} is an outside endpoint: it takes no {served}")
+        return self
+
+    @property
+    def is_endpoint(self) -> bool:
+        return self.endpoint is not None
+
+    def model_path(self) -> str:
+        """The model corl serves for this member (every member but an outside endpoint has one)."""
+        if self.model is None:
+            raise ValueError(f"member {self.name!r} is an outside endpoint: corl serves no model for it")
+        return self.model
 
 
 class PromptSource(_Section):
@@ -109,65 +201,6 @@ class RoundsConfig(_Section):
     min_quorum: int = Field(default=2, ge=2, description="Members needed for a round to produce rewards.")
     request_timeout_s: float = Field(default=60.0, gt=0)
     max_rounds: int | None = Field(default=None, ge=1, description="Stop after this many rounds (None: run on).")
-
-
-class JudgeConfig(_Section):
-    k: int = Field(default=2, ge=1, description="Peers that grade each response.")
-    combine: Literal["mean", "median", "trimmed_mean"] = "mean"
-    trim: float = Field(default=0.2, ge=0.0, lt=0.5)
-
-
-class ReliabilityConfig(_Section):
-    ema: float = Field(default=0.1, gt=0.0, le=1.0)
-    floor: float = Field(default=0.05, ge=0.0, le=1.0)
-    probation_weight: float = Field(default=0.1, ge=0.0, le=1.0)
-    quarantine_below: float = Field(default=0.2, ge=0.0, le=1.0)
-    grounding: Literal["votes", "judges"] = Field(
-        default="votes",
-        description="What a judge's scores are checked against: votes: the cohort's answer-level vote "
-        "consensus on prompts where it is confident (label-free, and right far more often than weak judges); "
-        "judges: the leave-one-out consensus of the other judges' scores (for tasks without answers).",
-    )
-    min_consensus: float = Field(
-        default=0.5, gt=0.0, le=1.0, description="votes grounding: plurality share of valid votes that counts."
-    )
-
-
-class VoteConfig(_Section):
-    samples: int = Field(
-        default=0,
-        ge=0,
-        description="Vote-only samples per prompt from every member: peers vote with these instead of the "
-        "rewarded samples (0: the rewarded samples vote). Costs one more generate call per member and round.",
-    )
-    temperature: float = Field(default=0.0, ge=0.0, description="Their temperature; 0 is greedy (one sample).")
-
-    @model_validator(mode="after")
-    def _greedy_once(self) -> VoteConfig:
-        if self.temperature == 0.0 and self.samples > 1:
-            raise ValueError(f"votes: {self.samples} greedy samples are identical; use samples: 1 or a temperature > 0")
-        return self
-
-
-class RewardConfig(_Section):
-    mode: RewardModeName = Field(
-        default="peer_pool",
-        description="A mode of corl.rewards.modes.REWARD_MODES; default: the best label-free one in docs/RESULTS.md.",
-    )
-    threshold: float = Field(default=0.0, ge=0.0, le=1.0, description="Min plurality share for a pseudo-label.")
-    topology: Literal["all", "ring"] = "all"
-    votes: VoteConfig = VoteConfig()
-    judge: JudgeConfig = JudgeConfig()
-    reliability: ReliabilityConfig = ReliabilityConfig()
-    collapse_fraction: float = Field(default=0.5, gt=0.0, le=1.0)
-
-    @model_validator(mode="after")
-    def _votes_are_read(self) -> RewardConfig:
-        from corl.rewards.modes import REWARD_MODES
-
-        if self.votes.samples and not REWARD_MODES[self.mode].votes:
-            raise ValueError(f"reward.votes: mode {self.mode} does not read votes; drop votes or pick a vote mode")
-        return self
 
 
 class LoraConfig(_Section):
@@ -268,6 +301,10 @@ class CohortConfig(_Section):
         own = self.member(member).lr
         return self.training.lr if own is None else own
 
+    def served_members(self) -> list[MemberConfig]:
+        """Members served by corl model servers: every member but the outside endpoints."""
+        return [m for m in self.members if m.endpoint is None]
+
     def member(self, name: str) -> MemberConfig:
         for m in self.members:
             if m.name == name:
@@ -324,7 +361,7 @@ def _looks_like_hub_id(p: str) -> bool:
 
 
 def _resolve_paths(cfg: CohortConfig, base: Path) -> CohortConfig:
-    members = [m.model_copy(update={"model": _resolve(m.model, base)}) for m in cfg.members]
+    members = [m if m.model is None else m.model_copy(update={"model": _resolve(m.model, base)}) for m in cfg.members]
     src = cfg.rounds.prompt_source
     if src.path:
         src = src.model_copy(update={"path": str((base / src.path).resolve())})

@@ -191,16 +191,29 @@ class Report:
 def check(cfg: CohortConfig, run_dir: Path, *, trainers: bool = True, memory_available: int | None = None) -> Report:
     """Every member's model must exist (``PreflightError`` names the first that does not); the
     processes of a run (``trainers=False``: servers only, as ``corl eval`` starts) are estimated."""
-    shapes = {m.name: model_shape(m.model) for m in cfg.members}
-    needs = [server_need(m, shapes[m.name], cfg) for m in cfg.members]
+    endpoint_keys(cfg)
+    served = cfg.served_members()  # an outside endpoint runs elsewhere: it needs nothing of this machine
+    shapes = {m.name: model_shape(m.model_path()) for m in served}
+    needs = [server_need(m, shapes[m.name], cfg) for m in served]
     if trainers:
-        needs += [trainer_need(m, shapes[m.name], cfg) for m in cfg.members if m.role == "trained"]
+        needs += [trainer_need(m, shapes[m.name], cfg) for m in served if m.role == "trained"]
     return Report(
         needs=needs,
         memory_available=machine_memory() if memory_available is None else memory_available,
         disk_needed=disk_need(cfg, shapes) if trainers else 0,
         disk_available=shutil.disk_usage(_existing(run_dir)).free,
     )
+
+
+def endpoint_keys(cfg: CohortConfig) -> None:
+    """Every outside endpoint's ``api_key_env`` variable is set (``PreflightError`` naming the first that
+    is not): the aggregator reads the keys when it starts."""
+    for m in cfg.members:
+        if m.endpoint is not None:
+            try:
+                m.endpoint.api_key()
+            except KeyError as err:
+                raise PreflightError(f"member {m.name}: {err.args[0]}") from None
 
 
 def machine_memory() -> int:

@@ -8,6 +8,7 @@ documents' ``info.version``); it changes whenever a message changes incompatibly
 
 from .batch import BatchDiagnostics, GradedBatch, GradedSample, PromptGroup
 from .dashboard import DashboardView, MemberView
+from .endpoints import EndpointApi, EndpointStats, VerdictSource
 from .errors import ErrorDetail, ErrorResponse, ErrorType
 from .generate import (
     FinishReason,
@@ -17,6 +18,7 @@ from .generate import (
     PromptResult,
     Sample,
     SamplingSettings,
+    Usage,
 )
 from .grade import GradeItem, GradeMode, GradeRequest, GradeResponse
 from .grading import (
@@ -106,6 +108,10 @@ __all__ = [
     "RunStats",
     "DashboardView",
     "MemberView",
+    "EndpointApi",
+    "EndpointStats",
+    "VerdictSource",
+    "Usage",
     "ChatMessage",
     "OpenRLHFRewardRequest",
     "OpenRLHFRewardResponse",

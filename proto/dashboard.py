@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import Field
 
 from ._base import WireModel
+from .endpoints import EndpointStats
 from .grading import RoundStats
 
 
@@ -22,6 +23,12 @@ class MemberView(WireModel):
     heldout_version: int | None = Field(description="Weight version of that held-out accuracy.")
     backlog: int | None = Field(description="Batches in the member's stream not yet delivered (None: frozen).")
     collapse: bool = Field(description="The member's collapse alarm is raised.")
+    label_share: float | None = Field(
+        default=None, description="Last round's share of the other members' labels equal to its answer."
+    )
+    endpoint: EndpointStats | None = Field(
+        default=None, description="An outside endpoint member's counters (None: a member corl serves)."
+    )
 
 
 class DashboardView(WireModel):

@@ -1,5 +1,6 @@
 """``POST /v1/generate``: n samples per prompt with token ids and sampling log-probs."""
 
+import re
 from typing import Annotated, Literal
 
 from pydantic import AfterValidator, Field, WithJsonSchema
@@ -7,6 +8,7 @@ from pydantic import AfterValidator, Field, WithJsonSchema
 from ._base import WireInt, WireModel, WireRequest
 
 NonEmptyStr = Annotated[str, Field(min_length=1)]
+_SLOT = re.compile(r"\{(system|prompt)\}")
 MIN_TEMPERATURE = 1e-3
 
 
@@ -46,6 +48,16 @@ class PromptFormat(WireRequest):
         pattern=r"\{prompt\}",  # unanchored, as JSON Schema reads it: somewhere in the template
         description="Plain template: {prompt} is the task text, {system} the instruction; must contain {prompt}.",
     )
+
+    def messages(self, prompt: str) -> list[dict[str, str]]:
+        """The prompt as chat messages: the system text (when given), then the prompt as the user's."""
+        system = [{"role": "system", "content": self.system}] if self.system else []
+        return [*system, {"role": "user", "content": prompt}]
+
+    def plain(self, prompt: str) -> str:
+        """The prompt in the plain template ({system} and {prompt} filled in one pass: no text is re-read)."""
+        values = {"system": self.system or "", "prompt": prompt}
+        return _SLOT.sub(lambda m: values[m.group(1)], self.template)
 
 
 class SamplingSettings(WireRequest):
@@ -106,7 +118,18 @@ class PromptResult(WireModel):
     samples: list[Sample]
 
 
+class Usage(WireModel):
+    prompt_tokens: int = Field(ge=0)
+    completion_tokens: int = Field(ge=0)
+    total_tokens: int = Field(ge=0)
+
+
 class GenerateResponse(WireModel):
     model: str = Field(description="Name of the cohort member that served the request.")
     weight_version: int = Field(ge=0, description="Weights that produced every sample in this response.")
     results: list[PromptResult] = Field(description="One entry per prompt, in request order.")
+    usage: Usage | None = Field(
+        default=None,
+        description="Token counts as reported by a member whose samples carry no token ids (an outside "
+        "OpenAI-compatible endpoint, whose weight_version is always 0); None: count the token ids.",
+    )

@@ -11,6 +11,7 @@ from typing import Annotated, Literal
 from pydantic import ConfigDict, Field, model_validator
 
 from ._base import WireModel, WireRequest
+from .endpoints import EndpointStats
 from .grade import GradeMode, Score
 
 GraderName = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9_-]{0,39}$")]
@@ -111,6 +112,13 @@ class MemberRoundStats(WireModel):
     majority_ratio: float | None = Field(
         default=None, ge=0.0, le=1.0, description="Share of G samples that give the plurality answer."
     )
+    label_share: float | None = Field(
+        default=None,
+        ge=0.0,
+        le=1.0,
+        description="Share of the labels given to the other members this round that equal this member's "
+        "pseudo-label: how often its answer was the label (None: no other member got a label).",
+    )
     batch_written: bool = Field(description="False when back-pressure or a frozen role held it back.")
 
 
@@ -132,3 +140,6 @@ class RunStats(WireModel):
     grader_weights: dict[str, float]
     quarantined: list[str]
     collapse: list[str] = Field(description="Members whose collapse alarm is raised.")
+    endpoints: dict[str, EndpointStats] = Field(
+        default_factory=dict, description="Outside endpoint members: requests, tokens, latency, verdict sources."
+    )

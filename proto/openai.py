@@ -15,7 +15,7 @@ from typing import Annotated, Literal
 from pydantic import Field
 
 from ._base import WireModel
-from .generate import NonEmptyStr
+from .generate import NonEmptyStr, Usage
 
 WEIGHT_VERSION_HEADER = "X-Corl-Weight-Version"
 OpenAIStop = Annotated[
@@ -98,12 +98,6 @@ class CompletionRequest(_Sampling):
 
 
 # --- responses ---------------------------------------------------------------------------------
-
-
-class Usage(WireModel):
-    prompt_tokens: int = Field(ge=0)
-    completion_tokens: int = Field(ge=0)
-    total_tokens: int = Field(ge=0)
 
 
 class TopLogprob(WireModel):

@@ -65,7 +65,7 @@ class PolicyTrainer:
         from . import lora
 
         self.cfg, self.train_cfg, self.device = cfg, cfg.training, device
-        src = cfg.member(member).model
+        src = cfg.member(member).model_path()
         torch.manual_seed(cfg.training.seed)
         self.tokenizer = AutoTokenizer.from_pretrained(src)
         if self.tokenizer.pad_token_id is None:

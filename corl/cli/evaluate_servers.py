@@ -57,8 +57,12 @@ def eval_through_servers(
         cfg = embedded_config(run_dir, run_dir, "redis://127.0.0.1:1/0", base=base)
         run_preflight(cfg, run_dir, console, force=force, memory=memory, trainers=False)
         group = ProcessGroup(run_dir / "logs", env={"CORL_LOG_LEVEL": "WARNING"})
+        served = cfg.served_members()
+        outside = [m.name for m in cfg.members if m.endpoint is not None]
+        if outside:
+            console.print(f"not evaluated (outside endpoints, not served by corl): {', '.join(outside)}")
         try:
-            with console.status(f"starting {len(cfg.members)} model servers..."):
+            with console.status(f"starting {len(served)} model servers..."):
                 start_model_servers(cfg, group, trainers=False)  # only the servers compute here
             per_member = len(examples) * (2 if k > 1 else 1)
             columns = (
@@ -70,7 +74,7 @@ def eval_through_servers(
             )
             timeout = httpx.Timeout(max(600.0, base.rounds.request_timeout_s), connect=5.0)
             with Progress(*columns, console=console) as progress, httpx.Client(timeout=timeout) as http:
-                bars = {m.name: progress.add_task(m.name, total=per_member) for m in cfg.members}
+                bars = {m.name: progress.add_task(m.name, total=per_member) for m in served}
 
                 done = dict.fromkeys(bars, 0)
 
@@ -86,8 +90,8 @@ def eval_through_servers(
                     )
 
                 # Every member at once: each server has its own process (and its share of the cores).
-                with ThreadPoolExecutor(len(cfg.members)) as pool:
-                    evals = dict(zip([m.name for m in cfg.members], pool.map(run, cfg.members), strict=True))
+                with ThreadPoolExecutor(len(served)) as pool:
+                    evals = dict(zip([m.name for m in served], pool.map(run, served), strict=True))
         except ChildDied as err:
             console.print(f"[red]{err.name} died (exit code {err.returncode}):[/red]")
             console.print(err.log_tail, markup=False, highlight=False)

@@ -52,7 +52,11 @@ def embedded_config(
     data["weights_dir"] = str((run_dir / "weights").resolve())
     data["checkpoints_dir"] = str((run_dir / "checkpoints").resolve())
     cfg = parse_config(data)
-    local = [m.model_copy(update={"servers": [f"http://127.0.0.1:{free_port()}"]}) for m in cfg.members]
+    # An outside endpoint keeps its own address: corl starts no server for it.
+    local = [
+        m if m.endpoint is not None else m.model_copy(update={"servers": [f"http://127.0.0.1:{free_port()}"]})
+        for m in cfg.members
+    ]
     return cfg.model_copy(update={"members": local})
 
 

@@ -20,6 +20,7 @@ class MemberSnapshot:
     label_accuracy: float | None = None
     reward_accuracy: float | None = None
     majority_ratio: float | None = None
+    label_share: float | None = None  # share of the other members' labels equal to its answer
     backlog: int | None = None
     accuracy: float | None = None  # held-out greedy accuracy at accuracy_version
     accuracy_version: int | None = None
@@ -63,7 +64,8 @@ def summary_line(snap: RunSnapshot, target_rounds: int | None) -> str:
 def render(snap: RunSnapshot, target_rounds: int | None) -> Table:
     total = f"/{target_rounds}" if target_rounds else ""
     table = Table(title=f"corl run: round {snap.rounds}{total}, {snap.elapsed_s:.0f}s")
-    for col in ("member", "version", "mean reward", "labelled", "distinct/G", "backlog", "held-out acc", "alarm"):
+    cols = ("member", "version", "mean reward", "labelled", "distinct/G", "was label", "backlog", "held-out acc")
+    for col in (*cols, "alarm"):
         table.add_column(col, justify="right" if col != "member" else "left")
     for name, m in snap.members.items():
         acc = "-" if m.accuracy is None else f"{m.accuracy:.3f} (v{m.accuracy_version})"
@@ -73,6 +75,7 @@ def render(snap: RunSnapshot, target_rounds: int | None) -> Table:
             _fmt(m.mean_reward),
             _fmt(m.label_rate, ".2f"),
             _fmt(m.distinct_answers, ".2f"),
+            _fmt(m.label_share, ".2f"),
             _fmt(m.backlog, "d"),
             acc,
             "COLLAPSE" if m.collapse_alarm else "",

@@ -22,7 +22,7 @@ from rich.live import Live
 from corl import redis_keys
 from corl.config import CohortConfig, dump_config
 from corl.data import load_splits
-from corl.proto import InfoResponse, RunStats
+from corl.proto import InfoResponse, MemberRoundStats, RunStats
 from corl.redis_server import LocalRedis, free_port
 from corl.streams import group_backlog
 from corl.tasks import Example, get_task
@@ -87,7 +87,7 @@ def start_model_servers(cfg: CohortConfig, group: ProcessGroup, trainers: bool =
         "CORL_MAX_TOKENS": str(max(256, sampling.max_tokens)),
         **thread_env(cfg, "CORL_NUM_THREADS", trainers),
     }
-    for m in cfg.members:
+    for m in cfg.served_members():
         for i, url in enumerate(m.servers):
             port = url.rsplit(":", 1)[1]
             group.start(
@@ -96,7 +96,7 @@ def start_model_servers(cfg: CohortConfig, group: ProcessGroup, trainers: bool =
                     "serve",
                     "model",
                     "--model",
-                    m.model,
+                    m.model_path(),
                     "--name",
                     m.name,
                     "--port",
@@ -186,19 +186,16 @@ class RunMonitor:
         latest = stats.rounds[-1].members if stats and stats.rounds else {}
         for m in self.cfg.members:
             snap = self.last[m.name]
+            if m.endpoint is not None:
+                self._round_figures(snap, latest.get(m.name))  # no weights to read, no held-out eval: not corl's
+                continue
             server = m.servers[0]
             try:
                 info = InfoResponse.model_validate(self.http.get(f"{server}/v1/info").json())
                 snap.weight_version = info.weight_version
             except (httpx.HTTPError, ValueError):
                 pass
-            if m.name in latest:
-                snap.mean_reward = latest[m.name].mean_reward
-                snap.distinct_answers = latest[m.name].distinct_answers
-                snap.label_rate = latest[m.name].label_rate
-                snap.label_accuracy = latest[m.name].label_accuracy
-                snap.reward_accuracy = latest[m.name].reward_accuracy
-                snap.majority_ratio = latest[m.name].majority_ratio
+            self._round_figures(snap, latest.get(m.name))
             snap.collapse_alarm = bool(stats and m.name in stats.collapse)
             snap.backlog = self.backlog(m.name) if m.role == "trained" else None
             due = snap.accuracy_version is None or (
@@ -213,9 +210,20 @@ class RunMonitor:
         rounds = stats.next_round if stats else 0
         return RunSnapshot(elapsed_s=time.monotonic() - self.t0, rounds=rounds, members=copy.deepcopy(self.last))
 
+    @staticmethod
+    def _round_figures(snap: MemberSnapshot, last: MemberRoundStats | None) -> None:
+        if last is not None:
+            snap.mean_reward = last.mean_reward
+            snap.distinct_answers = last.distinct_answers
+            snap.label_rate = last.label_rate
+            snap.label_accuracy = last.label_accuracy
+            snap.reward_accuracy = last.reward_accuracy
+            snap.majority_ratio = last.majority_ratio
+            snap.label_share = last.label_share
+
     def record_start(self, accuracy: dict[str, float]) -> None:
         """Take the starting weights' held-out readings as given (version 0 of every member)."""
-        for m in self.cfg.members:
+        for m in self.cfg.served_members():
             snap = self.last[m.name]
             snap.accuracy, snap.accuracy_version = accuracy[m.name], 0
             self.report_heldout(m.name, snap.accuracy, 0)

@@ -65,7 +65,8 @@ def run_experiment(cohort_dir: Path, out: Path, opts: ExperimentOptions, console
     """``none`` is the starting cohort itself (no training: after == before); every other mode is a
     full embedded run with only ``reward.mode`` and the seeds changed."""
     out.mkdir(parents=True, exist_ok=True)
-    members = [m.name for m in opts.base.members] if opts.base else cohort_members(cohort_dir)
+    # Outside endpoint members vote in every run but have no held-out readings: results are corl's members.
+    members = [m.name for m in opts.base.served_members()] if opts.base else cohort_members(cohort_dir)
     results: list[MemberResult] = []
     histories: dict[str, list[dict]] = {}
     t0 = time.monotonic()

@@ -84,6 +84,26 @@ def label_accuracy(labels: Sequence[str | None], dataset_answers: Sequence[str |
     return sum(1 for lab, t in pairs if lab == t) / len(pairs)
 
 
+def label_share(
+    pseudo_labels: Mapping[str, Sequence[str | None]], labels: Mapping[str, Sequence[str | None]]
+) -> dict[str, float | None]:
+    """Per member: of the supervision labels the *other* members got (prompts with a label), the share
+    equal to this member's own pseudo-label: how often its answer was the label. ``None`` when no
+    other member got a label. It shows how much a member (a frozen outside agent, say) steers the rest."""
+    out: dict[str, float | None] = {}
+    for m, mine in pseudo_labels.items():
+        hits = total = 0
+        for other, theirs in labels.items():
+            if other == m:
+                continue
+            for own, label in zip(mine, theirs, strict=True):
+                if label is not None:
+                    total += 1
+                    hits += own == label
+        out[m] = hits / total if total else None
+    return out
+
+
 def reward_accuracy(
     answers: Sequence[Sequence[str | None]], rewards: Sequence[Sequence[float]], dataset_answers: Sequence[str | None]
 ) -> float | None:

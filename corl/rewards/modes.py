@@ -87,8 +87,8 @@ _MODES = (
     RewardMode(
         "peer_judge",
         peer_judge_rewards,
-        "k peers (never the author) plus external graders score it through `/v1/grade` judge mode; "
-        "reliability-weighted mean, median or trimmed mean",
+        "k peers (never the author) plus external graders score it through `/v1/grade` judge mode (an outside "
+        "endpoint member through its OpenAI API); reliability-weighted mean, median or trimmed mean",
         peer=True,
         judged=True,
     ),

@@ -21,6 +21,7 @@ from .diagnostics import (
     answer_stats,
     cohort_diversity,
     label_accuracy,
+    label_share,
     majority_ratio,
     reward_accuracy,
 )
@@ -44,6 +45,7 @@ class MemberOutcome:
     reward_accuracy: float | None  # rewarded exactly when right (TTRL); a diagnostic
     majority_ratio: float  # share of G samples giving the plurality answer
     weights: list[float]  # advantage weight per prompt (1.0 unless the mode weighs prompts)
+    label_share: float | None = None  # share of the other members' labels equal to this member's pseudo-label
 
 
 @dataclass(frozen=True)
@@ -60,6 +62,13 @@ def extract_answers(responses: Mapping[str, GenerateResponse], task: Task) -> di
     pairs = [(pr.prompt, s.text) for resp in responses.values() for pr in resp.results for s in pr.samples]
     flat = iter(extract_all(task, pairs))
     return {m: [[next(flat) for _ in pr.samples] for pr in resp.results] for m, resp in responses.items()}
+
+
+def response_tokens(resp: GenerateResponse) -> int:
+    """Tokens of a member's samples: their token ids, or the usage an outside endpoint reported (its
+    samples carry text only)."""
+    counted = sum(len(s.token_ids) for pr in resp.results for s in pr.samples)
+    return resp.usage.completion_tokens if resp.usage is not None and not counted else counted
 
 
 def member_diagnostics(
@@ -134,8 +143,9 @@ def grade_round(
         )
     )
     members = {}
+    shares = label_share(out.pseudo_labels, out.labels)
     for m in present:
-        tokens = sum(len(s.token_ids) for pr in responses[m].results for s in pr.samples)
+        tokens = response_tokens(responses[m])
         diag, rate = member_diagnostics(answers[m], out.rewards[m], out.labels[m], tokens)
         truth = dataset_answers
         members[m] = MemberOutcome(
@@ -150,6 +160,7 @@ def grade_round(
             reward_accuracy=reward_accuracy(answers[m], out.rewards[m], truth) if truth is not None else None,
             majority_ratio=majority_ratio(answers[m]),
             weights=out.weights[m] if out.weights is not None else [1.0] * len(answers[m]),
+            label_share=shares[m],
         )
     rel = reward.reliability
     if mode.judged and rel.grounding == "votes":

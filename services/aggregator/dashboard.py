@@ -85,6 +85,8 @@ def build_view(
                 heldout_version=acc[1] if acc else None,
                 backlog=backlog.get(m.name) if m.role == "trained" else None,
                 collapse=m.name in stats.collapse,
+                label_share=last.label_share if last else None,
+                endpoint=stats.endpoints.get(m.name),
             )
         )
     return DashboardView(

@@ -1,7 +1,8 @@
 """``peer_judge`` grading fan-out: each response goes to k peers (never its author) through their
-``/v1/grade`` judge mode, and to the pool's external graders (push: their ``/v1/grade`` under an
-overall timeout; pull: leased tasks collected until a deadline). A grader that fails or is slow
-only loses its say in this round; it never stalls it.
+``/v1/grade`` judge mode (an outside endpoint member judges through its OpenAI API), and to the
+pool's external graders (push: their ``/v1/grade`` under an overall timeout; pull: leased tasks
+collected until a deadline). A grader that fails or is slow only loses its say in this round; it
+never stalls it.
 """
 
 from __future__ import annotations
@@ -62,12 +63,13 @@ async def judge_round(
         if not work[g]:
             return
         try:
-            resp = await client.grade(cfg.member(g).servers, request(work[g]))
+            verdicts = await client.judge(cfg.member(g), request(work[g]))
         except MemberError as err:
             log.warning("round %d: member %s could not grade: %s", round_, g, err)
             return
-        for (a, p, s), score in zip(work[g], resp.scores, strict=True):
-            grades[a][p][s][g] = score
+        for (a, p, s), score in zip(work[g], verdicts.scores, strict=True):
+            if score is not None:  # an outside endpoint's unreadable verdict: no say on that response
+                grades[a][p][s][g] = score
 
     external = await pool.graders() if pool else []
     # External graders each see a bounded, evenly spread subset of the round's responses.

@@ -1,15 +1,23 @@
-"""HTTP calls to cohort members' model servers (and push graders) through the one shared client.
+"""Calls to cohort members through the one shared HTTP client: one interface for both kinds of member.
 
-Generation and grading are idempotent (no server-side effect), so transport errors (connect
-failures, dropped connections; not read timeouts, which would only double a slow call) and
-502/503/504 are retried with exponential backoff and jitter, rotating over a member's replicas.
-Anything else (a 4xx, a malformed body) fails at once: retrying would not change the answer.
+A member corl serves is reached at its model servers' ``/v1/generate`` and ``/v1/grade``; an outside
+endpoint member through its ``EndpointClient`` (``endpoints/``), which answers in the same shapes, so
+the round driver, the judging fan-out and the reward server never ask which kind a member is.
+
+For model servers (and push graders): generation and grading are idempotent (no server-side effect),
+so transport errors (connect failures, dropped connections; not read timeouts, which would only
+double a slow call) and 502/503/504 are retried with exponential backoff and jitter, rotating over a
+member's replicas. Anything else (a 4xx, a malformed body) fails at once: retrying would not change
+the answer.
 """
 
 from __future__ import annotations
 
 import itertools
 import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import httpx
 from pydantic import ValidationError
@@ -19,6 +27,9 @@ from corl.config import MemberConfig
 from corl.proto import GenerateRequest, GenerateResponse, GradeRequest, GradeResponse, InfoResponse
 
 from .settings import HttpSettings
+
+if TYPE_CHECKING:
+    from .endpoints import EndpointClient
 
 log = logging.getLogger(__name__)
 
@@ -38,12 +49,35 @@ def _retryable(exc: BaseException) -> bool:
     return isinstance(exc, httpx.HTTPStatusError) and exc.response.status_code in _RETRY_STATUS
 
 
+@dataclass(frozen=True)
+class Verdicts:
+    """A member's judge-mode scores: one per item (None: the member gave no readable verdict)."""
+
+    scores: list[float | None]
+    weight_version: int
+
+
 class MemberClient:
-    def __init__(self, http: httpx.AsyncClient, settings: HttpSettings, request_timeout_s: float):
+    def __init__(
+        self,
+        http: httpx.AsyncClient,
+        settings: HttpSettings,
+        request_timeout_s: float,
+        endpoints: Mapping[str, EndpointClient] | None = None,
+    ):
         self.http = http
         self.settings = settings
         self.timeout = httpx.Timeout(request_timeout_s, connect=settings.connect_timeout_s)
+        self.endpoints = dict(endpoints or {})
         self._next_replica: dict[str, itertools.count[int]] = {}
+
+    def _endpoint(self, member: MemberConfig) -> EndpointClient | None:
+        if member.endpoint is None:
+            return None
+        try:
+            return self.endpoints[member.name]
+        except KeyError:
+            raise MemberError(f"endpoint member {member.name}: no client was built for it") from None
 
     def _retrying(self) -> AsyncRetrying:
         s = self.settings
@@ -65,6 +99,8 @@ class MemberClient:
         raise AssertionError("unreachable: tenacity reraises")
 
     async def generate(self, member: MemberConfig, req: GenerateRequest) -> GenerateResponse:
+        if (endpoint := self._endpoint(member)) is not None:
+            return await endpoint.generate(req)
         try:
             raw = await self._post(member.servers, "/v1/generate", req.model_dump_json(), self.timeout)
             resp = GenerateResponse.model_validate_json(raw)
@@ -85,8 +121,18 @@ class MemberClient:
             raise MemberError(f"grader at {urls[0]}: {len(resp.scores)} scores for {len(req.items)} items")
         return resp
 
+    async def judge(self, member: MemberConfig, req: GradeRequest) -> Verdicts:
+        """The member's judge-mode scores of ``req.items`` (its ``/v1/grade``, or its endpoint)."""
+        if (endpoint := self._endpoint(member)) is not None:
+            return Verdicts(await endpoint.judge(req), 0)
+        resp = await self.grade(member.servers, req)
+        return Verdicts(list(resp.scores), resp.weight_version)
+
     async def info(self, member: MemberConfig, timeout_s: float) -> InfoResponse | None:
-        """``GET /v1/info`` of the member's first replica, once (a dashboard reading): None on failure."""
+        """``GET /v1/info`` of the member's first replica, once (a dashboard reading): None on failure
+        and for an outside endpoint (it has no weight versions)."""
+        if member.endpoint is not None:
+            return None
         try:
             resp = await self.http.get(member.servers[0].rstrip("/") + "/v1/info", timeout=timeout_s)
             resp.raise_for_status()

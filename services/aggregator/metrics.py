@@ -37,6 +37,35 @@ class AggregatorMetrics:
         self.cohort_diversity = m.gauge(
             "cohort_diversity_ratio", "Distinct pseudo-labels across members per prompt / members (1: all differ)."
         )
+        # Outside endpoint members (corl.config.EndpointConfig):
+        self.endpoint_requests = m.counter(
+            "endpoint_requests",
+            "HTTP requests to outside endpoint members by outcome "
+            "(ok, rate_limited, server_error, client_error, timeout, transport_error).",
+            "member",
+            "outcome",
+        )
+        self.endpoint_request_seconds = m.histogram(
+            "endpoint_request_duration_seconds", "Latency of an answered request to an outside endpoint.", "member"
+        )
+        self.endpoint_retries = m.counter("endpoint_retries", "Requests to an outside endpoint sent again.", "member")
+        self.endpoint_tokens = m.counter(
+            "endpoint_tokens", "Tokens in outside endpoints' usage, by kind (prompt, completion).", "member", "kind"
+        )
+        self.endpoint_no_answer = m.counter(
+            "endpoint_no_answer_samples",
+            "Endpoint samples with no usable text (missing choice, no content, unreadable reply).",
+            "member",
+        )
+        self.endpoint_verdicts = m.counter(
+            "endpoint_verdicts",
+            "peer_judge verdicts of outside endpoints by source (logprobs, text, unread).",
+            "member",
+            "source",
+        )
+        self.label_share = m.gauge(
+            "label_share_ratio", "Share of the other members' labels equal to its answer, last round.", "member"
+        )
         # The grading pool:
         self.grader_weight = m.gauge("grader_weight", "Reliability weight.", "grader")
         self.quarantined = m.gauge("grader_quarantined", "1 while quarantined.", "grader")
@@ -60,6 +89,8 @@ class AggregatorMetrics:
             self.entropy.labels(name).set(d.answer_entropy)
             self.response_tokens.labels(name).set(d.mean_response_tokens)
             self.collapse.labels(name).set(int(alarms.get(name, False)))
+            if o.label_share is not None:
+                self.label_share.labels(name).set(o.label_share)
             if o.pseudo_label_accuracy is not None:
                 self.label_accuracy.labels(name).set(o.pseudo_label_accuracy)
 

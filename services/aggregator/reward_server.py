@@ -264,12 +264,12 @@ class RewardServer:
         items = [GradeItem(prompt=p, response=r) for p, r in zip(prompts, responses, strict=True)]
         step = self.settings.max_prompts_per_call
         chunks = [items[i : i + step] for i in range(0, len(items), step)]
-        scores: dict[str, list[float]] = {}
+        scores: dict[str, list[float | None]] = {}
         versions: dict[str, int] = {}
         for m in self.cfg.members:
             try:
                 async with self._sem:
-                    got = [await self.client.grade(m.servers, self._grade_request(c)) for c in chunks]
+                    got = [await self.client.judge(m, self._grade_request(c)) for c in chunks]
             except MemberError as err:
                 self.metrics.member_failures.labels(m.name).inc()
                 log.warning("reward server: judge %s left out: %s", m.name, err)
@@ -280,7 +280,7 @@ class RewardServer:
             raise UnavailableError(f"only {len(scores)} of {len(self.cfg.members)} members graded")
         weights, jc = self.weights(), self.cfg.reward.judge
         combined = [
-            combine_grades({g: s[i] for g, s in scores.items()}, weights, jc.combine, jc.trim)
+            combine_grades({g: v for g, s in scores.items() if (v := s[i]) is not None}, weights, jc.combine, jc.trim)
             for i in range(len(items))
         ]
         return [0.0 if c is None else c for c in combined], versions

@@ -17,6 +17,7 @@ from corl.config import CohortConfig
 from corl.services.errors import NotFoundError
 
 from .dashboard import build_view, parse_heldout
+from .endpoints import build_endpoint_clients
 from .grading_pool import GradingPool
 from .members import MemberClient
 from .metrics import AggregatorMetrics
@@ -58,7 +59,9 @@ class AggregatorServing:
             self.state.reliability,
             reserved={m.name for m in cfg.members},
         )
-        self.client = MemberClient(http, settings.http, cfg.rounds.request_timeout_s)
+        # Outside endpoint members: each its own bounds and key (a missing key variable stops the start here).
+        self.endpoints = build_endpoint_clients(cfg, http, settings.http, metrics)
+        self.client = MemberClient(http, settings.http, cfg.rounds.request_timeout_s, self.endpoints)
         self.driver = RoundDriver(cfg, settings, self.store, self.client, self.source, metrics, self.state, self.pool)
         self.rewards = RewardServer(cfg, settings.reward_server, self.client, metrics, self.state.weights)
         self._task: asyncio.Task[None] | None = None
@@ -93,6 +96,7 @@ class AggregatorServing:
             rounds,
             self.state.reliability,
             self.state.collapse.alarmed,
+            {name: c.stats() for name, c in self.endpoints.items()},
         )
 
     async def dashboard(self, run: str, last: int | None = None) -> proto.DashboardView:

@@ -5,9 +5,9 @@ Dataset answers meet labels only in ``pseudo_label_accuracy``, a diagnostic; not
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
-from corl.proto import MemberRoundStats, RoundStats, RunStats
+from corl.proto import EndpointStats, MemberRoundStats, RoundStats, RunStats
 from corl.rewards import GraderReliability, RoundOutcome
 
 
@@ -21,6 +21,7 @@ def round_stats(
             label_accuracy=o.label_accuracy,
             reward_accuracy=o.reward_accuracy,
             majority_ratio=o.majority_ratio,
+            label_share=o.label_share,
             batch_written=name in written,
         )
         for name, o in outcome.members.items()
@@ -36,7 +37,12 @@ def round_stats(
 
 
 def run_stats(
-    run_id: str, next_round: int, rounds_json: list[str], reliability: GraderReliability, collapse: Collection[str]
+    run_id: str,
+    next_round: int,
+    rounds_json: list[str],
+    reliability: GraderReliability,
+    collapse: Collection[str],
+    endpoints: Mapping[str, EndpointStats] | None = None,
 ) -> RunStats:
     return RunStats(
         run_id=run_id,
@@ -45,4 +51,5 @@ def run_stats(
         grader_weights=reliability.effective_weights(),
         quarantined=sorted(reliability.quarantined),
         collapse=sorted(collapse),
+        endpoints=dict(endpoints or {}),
     )

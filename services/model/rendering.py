@@ -10,14 +10,12 @@ gets a plain role-prefixed transcript: ``"<role>: <content>\n"`` per message, th
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from corl.proto import PromptFormat
 
 _RAW = PromptFormat()
-_SLOT = re.compile(r"\{(system|prompt)\}")
 
 
 class PromptRenderer:
@@ -39,14 +37,11 @@ class PromptRenderer:
 
     def render(self, prompt: str, fmt: PromptFormat = _RAW) -> str:
         if fmt.chat and self.has_chat_template:
-            messages = [{"role": "system", "content": fmt.system}] if fmt.system else []
-            messages.append({"role": "user", "content": prompt})
-            text = self._tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+            text = self._tokenizer.apply_chat_template(fmt.messages(prompt), tokenize=False, add_generation_prompt=True)
             return str(text)
         if fmt == _RAW:
             return self._bos + prompt
-        values = {"system": fmt.system or "", "prompt": prompt}
-        return self._bos + _SLOT.sub(lambda m: values[m.group(1)], fmt.template)  # one pass: no text is re-read
+        return self._bos + fmt.plain(prompt)
 
     def render_all(self, prompts: Sequence[str], fmt: PromptFormat = _RAW) -> list[str]:
         if fmt == _RAW and not self._bos:

@@ -43,6 +43,16 @@ CUSTOM: dict[str, Any] = {
         },
         {"name": "judge", "model": "/data/models/llama", "role": "frozen"},
         {"name": "small", "model": "/data/models/gpt2", "env": {"CORL_MAX_TOKENS": 64}},
+        {
+            "name": "ops-agent",  # an outside OpenAI-compatible server: no pods, its key from a Secret
+            "endpoint": {
+                "base_url": "https://llm.example.com/v1",
+                "model": "ops-model",
+                "api_key_env": "OPS_AGENT_KEY",
+                "apiKeySecret": {"name": "ops-keys", "key": "api-key"},
+                "max_concurrency": 8,
+            },
+        },
     ],
     "cohort": {
         "rounds": {"prompts_per_round": 8, "samples_per_prompt": 4, "min_quorum": 2},
@@ -63,7 +73,9 @@ def of(objs: list[dict[str, Any]], kind: str, component: str | None = None) -> l
 
 
 def members_of(values: dict[str, Any] | None) -> list[dict[str, Any]]:
-    return (values or yaml.safe_load((CHART / "values.yaml").read_text()))["members"]
+    """The members corl serves (an ``endpoint`` member has no pods)."""
+    members = (values or yaml.safe_load((CHART / "values.yaml").read_text()))["members"]
+    return [m for m in members if "endpoint" not in m]
 
 
 def cohort_config(objs: list[dict[str, Any]]) -> Any:
@@ -265,7 +277,7 @@ def test_containers_point_at_the_right_redis_servers_config_and_secret(render: R
     # Every server URL in the config is a replica's DNS name under that member's headless Service.
     services = {s["metadata"]["name"]: s for s in of(objs, "Service", "model")}
     servers = {s["metadata"]["labels"]["corl.dev/member"]: s for s in of(objs, "StatefulSet", "model")}
-    for m in cfg.members:
+    for m in cfg.served_members():
         sts = servers[m.name]
         svc = services[sts["spec"]["serviceName"]]
         assert svc["spec"]["clusterIP"] == "None"
@@ -322,12 +334,53 @@ def test_configmap_loads_with_the_services_config_loader(render: Render, tmp_pat
         path.write_text(cm["data"]["cohort.yaml"])
         cfg = load_config(path)
         names = [m["name"] for m in members_of(values)]
-        assert [m.name for m in cfg.members] == names
+        assert [m.name for m in cfg.served_members()] == names
         if case == "custom":
             assert cfg.run_id == "exp-7" and cfg.reward.mode == "peer_agreement"
             assert cfg.training.loss_type == "dr_grpo" and cfg.rounds.samples_per_prompt == 4
             assert cfg.member("judge").role == "frozen" and cfg.member("big").backend == "vllm"
             assert len(cfg.member("big").servers) == 2
+
+
+def test_an_endpoint_member_gets_no_pods_and_its_key_reaches_only_the_aggregator(render: Render) -> None:
+    objs = render(CUSTOM)
+    ops = cohort_config(objs).member("ops-agent")
+    assert ops.role == "frozen" and ops.endpoint is not None and ops.servers == []
+    assert (ops.endpoint.base_url, ops.endpoint.api_key_env, ops.endpoint.max_concurrency) == (
+        "https://llm.example.com/v1",
+        "OPS_AGENT_KEY",
+        8,
+    )
+    (cm,) = of(objs, "ConfigMap", "config")
+    assert "apiKeySecret" not in cm["data"]["cohort.yaml"]  # the chart's own field: not in the config
+    owned = [o for o in objs if o["metadata"].get("labels", {}).get("corl.dev/member") == "ops-agent"]
+    assert owned == []  # no StatefulSet, Service, PodDisruptionBudget or trainer
+    key = {"secretKeyRef": {"name": "ops-keys", "key": "api-key"}}
+    for obj in [*of(objs, "Deployment"), *of(objs, "StatefulSet")]:
+        for c in containers(obj):
+            has_key = env_of(c).get("OPS_AGENT_KEY") == key
+            assert has_key == (obj["metadata"]["labels"]["app.kubernetes.io/component"] == "aggregator")
+
+
+def test_values_schema_refuses_a_trained_or_served_endpoint_member(helm: str, tmp_path: Path) -> None:
+    endpoint = {"base_url": "http://vllm:8000/v1", "model": "m"}
+    served = {"name": "a", "model": "/data/cohort/gpt2"}
+    for bad in (
+        {"name": "ops", "endpoint": endpoint, "role": "trained"},
+        {"name": "ops", "endpoint": endpoint, "model": "/data/x"},
+        {"name": "ops", "endpoint": endpoint, "replicas": 2},
+        {"name": "ops", "endpoint": {**endpoint, "apiKeySecret": {"name": "s", "key": "k"}}},  # no api_key_env
+        {"name": "ops", "endpoint": {**endpoint, "base_url": "https://h/v1?key=x"}},
+        {"name": "ops"},
+    ):
+        (tmp_path / "v.yaml").write_text(yaml.safe_dump({"members": [served, bad]}))
+        out = subprocess.run(
+            [helm, "template", "t", str(CHART), "--values", str(tmp_path / "v.yaml")],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert out.returncode != 0 and "schema" in out.stderr, bad
 
 
 def test_configmap_passes_unknown_cohort_fields_to_the_loader_which_rejects_them(render: Render) -> None:

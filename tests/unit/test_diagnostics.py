@@ -113,3 +113,34 @@ def test_reward_accuracy_counts_rewards_that_say_what_the_data_set_says() -> Non
 def test_majority_ratio_is_the_plurality_share_per_prompt() -> None:
     assert majority_ratio([["1", "1", "2", None], ["3", "3", "3", "3"]]) == (2 / 4 + 1.0) / 2
     assert majority_ratio([[None, None]]) == 0.0
+
+
+def test_label_share_is_how_often_a_members_answer_was_the_others_label() -> None:
+    pseudo = {"a": ["1", "2", None, "4"], "b": ["1", "3", "3", None], "ops": ["1", "2", "3", "4"]}
+    labels = {"a": ["1", "3", "3", None], "b": ["1", "2", None, "4"], "ops": [None, None, None, None]}
+    shares = d.label_share(pseudo, labels)
+    # ops: 5 of the 6 labels a and b got equal its own answer (a's second label is 3, it said 2);
+    # a: all 3 of b's labels; b: all 3 of a's (ops got no label: it counts for no one).
+    assert shares == {"ops": pytest.approx(5 / 6), "a": 1.0, "b": 1.0}
+    assert d.label_share({"a": ["1"], "b": ["1"]}, {"a": [None], "b": [None]}) == {"a": None, "b": None}
+
+
+def test_response_tokens_come_from_token_ids_or_an_endpoints_usage() -> None:
+    from corl.proto import GenerateResponse
+    from corl.rewards.round import response_tokens
+
+    sample = {"text": "42", "token_ids": [5, 6, 0], "logprobs": [-1.0] * 3, "finish_reason": "stop"}
+    served = GenerateResponse.model_validate(
+        {"model": "a", "weight_version": 3, "results": [{"prompt": "p", "prompt_token_ids": [1], "samples": [sample]}]}
+    )
+    text_only = {**sample, "token_ids": [], "logprobs": []}
+    usage = {"prompt_tokens": 4, "completion_tokens": 7, "total_tokens": 11}
+    outside = GenerateResponse.model_validate(
+        {
+            "model": "ops",
+            "weight_version": 0,
+            "results": [{"prompt": "p", "prompt_token_ids": [], "samples": [text_only, text_only]}],
+            "usage": usage,
+        }
+    )
+    assert response_tokens(served) == 3 and response_tokens(outside) == 7

@@ -470,3 +470,30 @@ def test_teachers_are_frozen_and_teach_a_trained_member() -> None:
         parse_config({"members": members(teacher_of="a", role="trained")})
     with pytest.raises(ConfigError, match="reward mode peer_judge reads no votes"):
         parse_config({"members": members(teacher_of="a"), "reward": {"mode": "peer_judge"}})
+
+
+@pytest.mark.parametrize("mode", PEER_VOTE_MODES)
+def test_invariants_hold_with_an_outside_endpoint_voting(mode: str) -> None:
+    """An endpoint member votes as a frozen peer (rewarded: never), often with no-answer samples (None:
+    a missing choice, no content): a rewarded member's reward is still a fixed function of each of its
+    answers, set by its peers, and dataset answers still never reach it."""
+    rng = random.Random(f"endpoint-{mode}")
+    for _ in range(200):
+        answers, names = _random_round(rng)
+        g = [len(s) for s in answers[names[0]]]
+        answers["ops"] = [[a if rng.random() > 0.3 else None for a in rng.choices(ALPHABET, k=k)] for k in g]
+        kw: dict[str, Any] = {"members": names, "threshold": rng.choice([0.0, 0.4]), "order": [*names, "ops"]}
+        member = rng.choice(names)
+        table = _reward_table(mode, answers, member, **kw)
+        original = compute_rewards(mode, answers, **kw)
+        assert set(original.rewards) == set(names)  # the endpoint is never rewarded
+        perturbed_answers = {**answers, member: [rng.choices(ALPHABET, k=len(s)) for s in answers[member]]}
+        perturbed = compute_rewards(mode, perturbed_answers, **kw)
+        for out, own in ((original, answers[member]), (perturbed, perturbed_answers[member])):
+            assert out.rewards[member] == [[table[p][a] for a in samples] for p, samples in enumerate(own)]
+        truth = [rng.choice(ALPHABET) for _ in g]
+        assert compute_rewards(mode, answers, dataset_answers=truth, **kw) == original
+    # Guard: the endpoint's votes do move its peers' rewards (it is not ignored).
+    voted = {"a": [["1", "2"]], "b": [["2", "3"]], "ops": [["1", "1"]]}
+    alone = {"a": [["1", "2"]], "b": [["2", "3"]]}
+    assert compute_rewards("peer_pool", voted, members=["a", "b"]) != compute_rewards("peer_pool", alone)

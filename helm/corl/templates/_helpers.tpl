@@ -107,8 +107,13 @@ app.kubernetes.io/part-of: corl
 {{- $mount := .Values.storage.mountPath -}}
 {{- $members := list -}}
 {{- range .Values.members -}}
+{{- if .endpoint -}}
+{{- /* An outside OpenAI-compatible server: no pods; its key reaches the aggregator from apiKeySecret. */ -}}
+{{- $members = append $members (dict "name" .name "endpoint" (omit .endpoint "apiKeySecret") "role" "frozen") -}}
+{{- else -}}
 {{- $servers := include "corl.memberServers" (dict "root" $root "member" .) | fromJsonArray -}}
 {{- $members = append $members (dict "name" .name "model" .model "servers" $servers "role" (default "trained" .role) "backend" (default "transformers" .backend)) -}}
+{{- end -}}
 {{- end -}}
 {{- $cfg := dict "run_id" .Values.runId "redis_url" (include "corl.redisUrl" .) "task" .Values.task "weights_dir" (printf "%s/weights" $mount) "checkpoints_dir" (printf "%s/checkpoints" $mount) "members" $members -}}
 {{- range $section := list "rounds" "reward" "training" -}}
@@ -128,6 +133,20 @@ app.kubernetes.io/part-of: corl
       key: {{ .root.Values.auth.adminTokenKey }}
 - name: OMP_NUM_THREADS
   value: "1"
+{{- end -}}
+
+{{/* The aggregator's environment for outside endpoint members' keys: each api_key_env variable
+     from its apiKeySecret (the key never enters the ConfigMap). (dict "root" $) */}}
+{{- define "corl.endpointKeyEnv" -}}
+{{- range .root.Values.members }}
+{{- if and .endpoint .endpoint.apiKeySecret }}
+- name: {{ required (printf "members %s: endpoint.api_key_env names the variable apiKeySecret fills" .name) .endpoint.api_key_env }}
+  valueFrom:
+    secretKeyRef:
+      name: {{ .endpoint.apiKeySecret.name }}
+      key: {{ .endpoint.apiKeySecret.key }}
+{{- end }}
+{{- end }}
 {{- end -}}
 
 {{/* Extra env from a map, sorted for stable output. */}}

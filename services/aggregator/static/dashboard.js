@@ -63,13 +63,31 @@
     body.replaceChildren(...view.members.map((m) => {
       const tr = document.createElement("tr");
       tr.dataset.member = m.name;
+      const weights = m.endpoint ? "endpoint" : m.weight_version === null ? "down" : "v" + m.weight_version;
       tr.append(
-        cell(m.name), cell(m.role), cell(m.weight_version === null ? "down" : "v" + m.weight_version),
+        cell(m.name), cell(m.role), cell(weights),
         cell(fmt(m.mean_reward)), cell(fmt(m.label_rate, 2)), cell(fmt(m.distinct_answers, 2)),
-        cell(fmt(m.pseudo_label_accuracy, 2)),
+        cell(fmt(m.pseudo_label_accuracy, 2)), cell(fmt(m.label_share, 2)),
         cell(m.heldout_accuracy === null ? "–" : fmt(m.heldout_accuracy, 3) + " (v" + m.heldout_version + ")"),
         cell(m.backlog === null ? "–" : String(m.backlog)),
         cell(m.collapse ? "ALARM" : "ok", m.collapse ? "alarm" : ""),
+      );
+      return tr;
+    }));
+    const outside = view.members.filter((m) => m.endpoint);
+    document.getElementById("endpoints-section").hidden = outside.length === 0;
+    document.querySelector("#endpoints tbody").replaceChildren(...outside.map((m) => {
+      const e = m.endpoint;
+      const tr = document.createElement("tr");
+      tr.dataset.member = m.name;
+      const n = e.n_per_request === null ? "–" : e.n_per_request ? "yes" : "no";
+      const v = e.verdicts;
+      tr.append(
+        cell(m.name), cell(e.model), cell(e.api), cell(String(e.requests)), cell(String(e.retries)),
+        cell(String(e.rate_limited)), cell(String(e.failed_calls), e.failed_calls ? "alarm" : ""),
+        cell(e.no_answer_samples + " / " + e.samples), cell(String(e.prompt_tokens)), cell(String(e.completion_tokens)),
+        cell(e.mean_latency_s === null ? "–" : fmt(e.mean_latency_s, 2) + " s"), cell(n),
+        cell(v.logprobs + " / " + v.text + " / " + v.unread), cell(e.last_error || "–"),
       );
       return tr;
     }));

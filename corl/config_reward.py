@@ -1,0 +1,70 @@
+"""The cohort config's ``reward`` section: the mode, its votes, judges and grader reliability."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from corl.proto import RewardModeName
+
+from .config_base import _Section
+
+
+class JudgeConfig(_Section):
+    k: int = Field(default=2, ge=1, description="Peers that grade each response.")
+    combine: Literal["mean", "median", "trimmed_mean"] = "mean"
+    trim: float = Field(default=0.2, ge=0.0, lt=0.5)
+
+
+class ReliabilityConfig(_Section):
+    ema: float = Field(default=0.1, gt=0.0, le=1.0)
+    floor: float = Field(default=0.05, ge=0.0, le=1.0)
+    probation_weight: float = Field(default=0.1, ge=0.0, le=1.0)
+    quarantine_below: float = Field(default=0.2, ge=0.0, le=1.0)
+    grounding: Literal["votes", "judges"] = Field(
+        default="votes",
+        description="What a judge's scores are checked against: votes: the cohort's answer-level vote "
+        "consensus on prompts where it is confident (label-free, and right far more often than weak judges); "
+        "judges: the leave-one-out consensus of the other judges' scores (for tasks without answers).",
+    )
+    min_consensus: float = Field(
+        default=0.5, gt=0.0, le=1.0, description="votes grounding: plurality share of valid votes that counts."
+    )
+
+
+class VoteConfig(_Section):
+    samples: int = Field(
+        default=0,
+        ge=0,
+        description="Vote-only samples per prompt from every member: peers vote with these instead of the "
+        "rewarded samples (0: the rewarded samples vote). Costs one more generate call per member and round.",
+    )
+    temperature: float = Field(default=0.0, ge=0.0, description="Their temperature; 0 is greedy (one sample).")
+
+    @model_validator(mode="after")
+    def _greedy_once(self) -> VoteConfig:
+        if self.temperature == 0.0 and self.samples > 1:
+            raise ValueError(f"votes: {self.samples} greedy samples are identical; use samples: 1 or a temperature > 0")
+        return self
+
+
+class RewardConfig(_Section):
+    mode: RewardModeName = Field(
+        default="peer_pool",
+        description="A mode of corl.rewards.modes.REWARD_MODES; default: the best label-free one in docs/RESULTS.md.",
+    )
+    threshold: float = Field(default=0.0, ge=0.0, le=1.0, description="Min plurality share for a pseudo-label.")
+    topology: Literal["all", "ring"] = "all"
+    votes: VoteConfig = VoteConfig()
+    judge: JudgeConfig = JudgeConfig()
+    reliability: ReliabilityConfig = ReliabilityConfig()
+    collapse_fraction: float = Field(default=0.5, gt=0.0, le=1.0)
+
+    @model_validator(mode="after")
+    def _votes_are_read(self) -> RewardConfig:
+        from corl.rewards.modes import REWARD_MODES
+
+        if self.votes.samples and not REWARD_MODES[self.mode].votes:
+            raise ValueError(f"reward.votes: mode {self.mode} does not read votes; drop votes or pick a vote mode")
+        return self

@@ -11,11 +11,13 @@ Measures, in one run:
    (the server's cost) and, for reference, with httpx (plus that client's own cost);
 2. concurrency: throughput of 16 concurrent single-prompt clients vs 1 client (target >= 4);
 3. swap: latency of ``POST /v1/weights`` (load beside, verify sha256 and shapes, swap) vs a raw
-   ``safetensors.torch.load_file`` + ``load_state_dict`` of the same weights (target <= 1.5).
+   ``safetensors.torch.load_file`` + ``load_state_dict`` of the same weights (target <= 1.5);
+4. streaming: time to the first token of a streamed ``/v1/chat/completions`` vs time to the whole
+   streamed response, and the same chat not streamed (``ttft_fraction``: first token / whole).
 
 Without ``--model`` it builds a GPT-2 with the project's char tokenizer (nothing is downloaded).
-2 and 3 run against ``corl serve model`` in its own process, as deployed.
-The last line is ``RESULT overhead_ratio=... concurrency_speedup=... swap_ratio=...``.
+2, 3 and 4 run against ``corl serve model`` in its own process, as deployed.
+The last line is ``RESULT overhead_ratio=... concurrency_speedup=... swap_ratio=... ttft_fraction=...``.
 """
 
 from __future__ import annotations
@@ -199,6 +201,45 @@ def bench_swap(url: str, base: Path, dirs: list[Path]) -> tuple[float, float, fl
     return tuple(min(x) for x in (e2e, reported, raw, hashing))  # type: ignore[return-value]
 
 
+async def _streamed_chat(http: httpx.AsyncClient, body: dict) -> tuple[float, float, int]:
+    """(seconds to the first chunk with text, seconds to ``[DONE]``, completion tokens) of one streamed chat."""
+    t0, first, tokens = time.perf_counter(), None, 0
+    stream = {**body, "stream": True, "stream_options": {"include_usage": True}}
+    async with http.stream("POST", "/v1/chat/completions", json=stream) as r:
+        r.raise_for_status()
+        async for line in r.aiter_lines():
+            if line == "data: [DONE]":
+                return (first if first is not None else time.perf_counter() - t0), time.perf_counter() - t0, tokens
+            if not line.startswith("data: "):
+                continue
+            chunk = json.loads(line[len("data: ") :])
+            if first is None and any(c["delta"].get("content") for c in chunk["choices"]):
+                first = time.perf_counter() - t0
+            tokens = (chunk.get("usage") or {}).get("completion_tokens", tokens)
+    raise RuntimeError("the stream ended without [DONE]")
+
+
+async def bench_streaming(url: str, max_tokens: int | None, repeats: int) -> tuple[float, float, float, float]:
+    """Medians over seeded chats (seed i in round i, streamed and not): time to the first token, to the
+    whole streamed response, to the whole response not streamed, and completion tokens per response."""
+    async with httpx.AsyncClient(base_url=url, timeout=120) as http:
+        model = (await http.get("/v1/models")).json()["data"][0]["id"]
+        body: dict = {"model": model, "messages": [{"role": "user", "content": PROMPTS[0]}]}
+        if max_tokens is not None:
+            body["max_tokens"] = max_tokens
+        await _streamed_chat(http, {**body, "seed": 0})  # warm up
+        firsts, wholes, plains, tokens = [], [], [], []
+        for i in range(1, repeats + 1):
+            first, whole, n = await _streamed_chat(http, {**body, "seed": i})
+            t0 = time.perf_counter()
+            (await http.post("/v1/chat/completions", json={**body, "seed": i})).raise_for_status()
+            plains.append(time.perf_counter() - t0)
+            firsts.append(first)
+            wholes.append(whole)
+            tokens.append(n)
+    return tuple(statistics.median(x) for x in (firsts, wholes, plains, tokens))  # type: ignore[return-value]
+
+
 async def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", type=Path, help="member directory; default: build a GPT-2 here")
@@ -207,6 +248,10 @@ async def main() -> None:
     ap.add_argument("--threads", type=int, default=1, help="torch threads, server and direct backend alike")
     ap.add_argument("--repeats", type=int, default=40)
     ap.add_argument("--swaps", type=int, default=15)
+    ap.add_argument(
+        "--stream-tokens", type=int, help="max_tokens of the streamed chats (default: what the context leaves)"
+    )
+    ap.add_argument("--streams", type=int, default=10, help="streamed chats (and as many not streamed)")
     args = ap.parse_args()
 
     import torch
@@ -265,10 +310,16 @@ async def main() -> None:
                   f" raw load_file+load_state_dict {raw * 1e3:.1f} ms -> swap_ratio {swap_ratio:.3f} (target <= 1.5);"
                   f" whole POST /v1/weights round trip {e2e * 1e3:.1f} ms ({e2e / raw:.2f}x raw);"
                   f" sha256 of the files alone {hashing * 1e3:.1f} ms")  # fmt: skip
+            first, whole, plain, tokens = await bench_streaming(url, args.stream_tokens, args.streams)
+            ttft = first / whole
+            print(f"[4] streamed chat, {tokens:.0f} tokens (median of {args.streams}):"
+                  f" first token {first * 1e3:.1f} ms, whole response {whole * 1e3:.1f} ms -> ttft_fraction {ttft:.3f};"
+                  f" not streamed {plain * 1e3:.1f} ms")  # fmt: skip
         finally:
             proc.terminate()
             proc.wait(timeout=30)
-    print(f"RESULT overhead_ratio={overhead:.3f} concurrency_speedup={speedup:.2f} swap_ratio={swap_ratio:.3f}")
+    print(f"RESULT overhead_ratio={overhead:.3f} concurrency_speedup={speedup:.2f} swap_ratio={swap_ratio:.3f}"
+          f" ttft_fraction={ttft:.3f}")  # fmt: skip
 
 
 if __name__ == "__main__":

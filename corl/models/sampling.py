@@ -4,7 +4,8 @@ The log-probs are taken from the *processed* scores (after temperature and top-p
 they are the sampling distribution's: what a trainer needs for its off-policy importance ratio.
 Temperature and top-p are this module's own logits processors (top-p without a full-vocabulary sort:
 ``corl.models.nucleus``, shared with the trainer), and the sampled tokens' log-probs are recorded
-step by step, so no (rows, vocab) score tensor outlives its step.
+step by step, so no (rows, vocab) score tensor outlives its step. ``on_step`` sees each step's
+tokens as they are sampled (streaming); it reads, never changes, what is sampled.
 This runs synchronously; callers on an event loop run it in a worker thread.
 """
 
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 import inspect
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -33,6 +34,10 @@ class _DropUnmaskedPaddingWarning(logging.Filter):
 
 logging.getLogger("transformers.modeling_utils").addFilter(_DropUnmaskedPaddingWarning())
 
+#: ``on_step`` of ``sample``: (row, token id, log-prob) of every row that sampled a token this step,
+#: the token that ends a row included; row ``p * n + j`` is prompt ``p``'s ``j``-th completion.
+StepSink = Callable[[list[tuple[int, int, float]]], None]
+
 
 class _Sampling(LogitsProcessor):
     """Temperature, then the top-p nucleus (tokens outside it get -inf)."""
@@ -52,13 +57,16 @@ class _TokenLogProbs(LogitsProcessor):
     """Last processor: keeps this step's normalised scores until the next step shows which token was
     drawn from them, and records that token's log-prob; ``finish`` adds the last step's."""
 
-    def __init__(self) -> None:
+    def __init__(self, on_step: Callable[[list[int], list[float]], None] | None = None) -> None:
         self.steps: list[torch.Tensor] = []
         self._logp: torch.Tensor | None = None
+        self._on_step = on_step
 
     def _take(self, tokens: torch.Tensor) -> None:
         if self._logp is not None:
             self.steps.append(self._logp.gather(-1, tokens.unsqueeze(-1)).squeeze(-1))
+            if self._on_step is not None:
+                self._on_step(tokens.tolist(), self.steps[-1].tolist())
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
         self._take(input_ids[:, -1])
@@ -98,6 +106,7 @@ def sample(
     top_p: float = 1.0,
     stop: Sequence[str] = (),
     seed: int | None = None,
+    on_step: StepSink | None = None,
 ) -> list[PromptCompletions]:
     """Sample ``n`` completions for each prompt. ``temperature == 0`` is greedy.
 
@@ -108,7 +117,8 @@ def sample(
     Models with a key/value cache (every attention family) decode in this module's own loop: each
     prompt is prefilled once, not ``n`` times, and a row that has ended leaves the batch, so a
     round costs what its live rows cost. Other caches (a state-space model's) go through
-    ``model.generate``, which decodes every row to the longest."""
+    ``model.generate``, which decodes every row to the longest (``on_step`` then hears of a step's
+    tokens when the next step starts, and of the last one when decoding ends)."""
     if seed is not None:
         torch.manual_seed(seed)
     enc = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
@@ -118,9 +128,13 @@ def sample(
     eos = end_token_ids(model, tokenizer)
     cache = DynamicCache(config=model.config)
     if all(isinstance(layer, DynamicLayer) for layer in cache.layers):
-        rows = _decode(model, tokenizer, input_ids, attention_mask, cache, n, max_tokens, temperature, top_p, stop, eos)
+        rows = _decode(
+            model, tokenizer, input_ids, attention_mask, cache, n, max_tokens, temperature, top_p, stop, eos, on_step
+        )
     else:
-        rows = _generate(model, tokenizer, input_ids, attention_mask, n, max_tokens, temperature, top_p, stop, eos)
+        rows = _generate(
+            model, tokenizer, input_ids, attention_mask, n, max_tokens, temperature, top_p, stop, eos, on_step
+        )
 
     results: list[PromptCompletions] = []
     for p in range(len(prompts)):
@@ -172,6 +186,7 @@ def _decode(
     top_p: float,
     stop: Sequence[str],
     eos: list[int],
+    on_step: StepSink | None = None,
 ) -> _Rows:
     greedy = temperature == 0.0
     shape = None if greedy else _Sampling(temperature, top_p)
@@ -182,20 +197,22 @@ def _decode(
     rows: _Rows = [([], []) for _ in range(logits.shape[0])]
     live = list(range(len(rows)))  # rows still decoding, in batch order
     end_ids = torch.tensor(eos, device=logits.device)
-    window = max((len(s) for s in stop), default=0) + 2  # tokens enough to hold a stop string just completed
+    window = _stop_window(stop)
     for step in range(max_tokens):
         scores = logits.float() if shape is None else shape(None, logits.float())  # type: ignore[arg-type]
         logp = scores.log_softmax(-1)
         tokens = scores.argmax(-1) if greedy else torch.multinomial(logp.exp(), 1).squeeze(-1)
         token_logps = logp.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
         ended = torch.isin(tokens, end_ids).tolist()
-        for j, (r, t, lp) in enumerate(zip(live, tokens.tolist(), token_logps.tolist(), strict=True)):
+        sampled = list(zip(live, tokens.tolist(), token_logps.tolist(), strict=True))
+        for j, (r, t, lp) in enumerate(sampled):
             ids, lps = rows[r]
             ids.append(t)
             lps.append(lp)
             if stop and not ended[j]:
-                tail = str(tokenizer.decode(ids[-window:], skip_special_tokens=True))
-                ended[j] = any(s in tail for s in stop)
+                ended[j] = _ends_in_stop(tokenizer, ids, stop, window)
+        if on_step is not None:
+            on_step(sampled)
         keep = [j for j, e in enumerate(ended) if not e]
         if not keep or step == max_tokens - 1:
             break
@@ -220,11 +237,13 @@ def _generate(
     top_p: float,
     stop: Sequence[str],
     eos: list[int],
+    on_step: StepSink | None = None,
 ) -> _Rows:
     """``model.generate`` with this module's sampling distribution and log-prob recording; rows run
     to the longest (ended rows are padded, and trimmed by the caller)."""
     greedy = temperature == 0.0
-    recorder = _TokenLogProbs()
+    live = None if on_step is None else _LiveRows(on_step, tokenizer, stop, eos, input_ids.shape[0] * n)
+    recorder = _TokenLogProbs(live)
     processors = [] if greedy else [_Sampling(temperature, top_p)]
     gen_kwargs: dict = dict(
         max_new_tokens=max_tokens,
@@ -249,6 +268,45 @@ def _generate(
     new_tokens = out.sequences[:, input_ids.shape[1] :]
     token_logprobs = recorder.finish(new_tokens)
     return list(zip(new_tokens.tolist(), token_logprobs.tolist(), strict=True))
+
+
+def _stop_window(stop: Sequence[str]) -> int:
+    """Tokens enough to hold a stop string just completed."""
+    return max((len(s) for s in stop), default=0) + 2
+
+
+def _ends_in_stop(tokenizer: PreTrainedTokenizerBase, ids: list[int], stop: Sequence[str], window: int) -> bool:
+    """Whether the last ``window`` tokens of ``ids`` hold a stop string."""
+    tail = str(tokenizer.decode(ids[-window:], skip_special_tokens=True))
+    return any(s in tail for s in stop)
+
+
+class _LiveRows:
+    """``model.generate`` decodes ended rows on as padding: this passes each step's tokens of the
+    rows still decoding (the token that ends a row included) to ``on_step``, as ``_decode`` does."""
+
+    def __init__(
+        self, on_step: StepSink, tokenizer: PreTrainedTokenizerBase, stop: Sequence[str], eos: list[int], rows: int
+    ) -> None:
+        self._on_step, self._tokenizer, self._stop, self._eos = on_step, tokenizer, stop, set(eos)
+        self._window = _stop_window(stop)
+        self._ids: list[list[int]] = [[] for _ in range(rows)]
+        self._live = [True] * rows
+
+    def __call__(self, tokens: list[int], logprobs: list[float]) -> None:
+        sampled = []
+        for r, (t, lp) in enumerate(zip(tokens, logprobs, strict=True)):
+            if not self._live[r]:
+                continue
+            ids = self._ids[r]
+            ids.append(t)
+            sampled.append((r, t, lp))
+            ended = t in self._eos or (
+                bool(self._stop) and _ends_in_stop(self._tokenizer, ids, self._stop, self._window)
+            )
+            self._live[r] = not ended
+        if sampled:
+            self._on_step(sampled)
 
 
 def end_token_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> list[int]:

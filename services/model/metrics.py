@@ -25,6 +25,9 @@ class ServerMetrics:
         self.batch_requests = m.histogram(
             "batch_requests", "Requests merged into one backend generate call.", buckets=_BATCH_BUCKETS
         )
+        self.stream_first_token = m.histogram(
+            "stream_first_token_seconds", "Time from a streamed request's admission to its first sampled token."
+        )
         self.weight_version = m.gauge("weight_version", "Weight version now serving.")
         self.last_swap_duration = m.gauge(
             "last_swap_duration_seconds", "Load, verify and swap time of the last weight update."

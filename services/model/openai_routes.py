@@ -28,7 +28,8 @@ async def get_openai(request: Request) -> OpenAIServing:
 OpenAI = Annotated[OpenAIServing, Depends(get_openai)]
 
 _ERRORS = error_responses(404, 413, 422, 503)
-# One server-sent event: `data:` holds a chunk's JSON (ChatCompletionChunk / TextCompletion), the last `[DONE]`.
+# One server-sent event: `data:` holds a chunk's JSON (ChatCompletionChunk / TextCompletion), or an
+# ErrorResponse when the stream fails after its first chunk; the last is `[DONE]`.
 _EVENT = {
     "type": "object",
     "properties": {"data": {"type": "string"}, "event": {"type": "string"}, "id": {"type": "string"}},
@@ -45,8 +46,9 @@ def _answer(served: Served) -> Response:
     headers = {WEIGHT_VERSION_HEADER: str(served.weight_version)}
     if served.events is not None:
         return StreamingResponse(
-            served.stream(), media_type="text/event-stream", headers={**headers, "Cache-Control": "no-cache"}
+            served.events, media_type="text/event-stream", headers={**headers, "Cache-Control": "no-cache"}
         )
+    assert served.body is not None
     return Response(served.body.model_dump_json(), media_type="application/json", headers=headers)
 
 

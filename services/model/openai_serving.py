@@ -1,10 +1,13 @@
 """The OpenAI-compatible serving layer: chat and text completions over ``ModelServing``.
 
-Requests go through the same bounds, context check, dynamic batcher and weight leases as
-``/v1/generate`` (``ModelServing.sample``), so every choice of one response, streamed or not, comes
-from one weight version. A stream is cut from the finished batch: the whole response is generated
-first (any error is an ordinary HTTP error, before the stream starts), then sent as one chunk per
-token, so a weight swap during a stream never changes the version the stream reports.
+Requests go through the same bounds and context check as ``/v1/generate``, and every choice of one
+response, streamed or not, comes from one weight version. A response that is not streamed goes
+through the dynamic batcher (``ModelServing.sample``). A streamed one (``stream: true``) is its own
+backend call that sends each token as it is decoded (``ModelServing.stream``, events in
+``openai_stream``): it leases one weight version from its first token to its last, so a swap that
+lands mid-stream changes neither its weights nor the version its chunks report. Anything that fails
+before the first token is an ordinary HTTP error; a failure after it ends the stream with an error
+event.
 """
 
 from __future__ import annotations
@@ -19,11 +22,8 @@ from typing import Any
 from corl.proto.openai import (
     AssistantMessage,
     ChatChoice,
-    ChatChunkChoice,
     ChatCompletion,
-    ChatCompletionChunk,
     ChatCompletionRequest,
-    ChoiceDelta,
     ChoiceLogprobs,
     CompletionChoice,
     CompletionLogprobs,
@@ -32,13 +32,14 @@ from corl.proto.openai import (
     ModelList,
     TextCompletion,
     TokenLogprob,
-    Usage,
     fingerprint,
 )
 from corl.services.errors import InvalidInputError, NotFoundError
 
 from .backends.base import Completion, GenerateOutput, SamplingParams
+from .openai_stream import ChatChunks, Chunks, StreamedChoices, TextChunks, usage_of
 from .serving import ModelServing
+from .streamed_text import StreamedText, token_name
 
 
 @dataclass(frozen=True)
@@ -71,8 +72,7 @@ def split_tokens(tokenizer: Any, completion: Completion) -> Tokens:
             pieces.append("")
     if pieces:
         pieces[-1] += text[done:]  # whatever decoding left out still arrives, so deltas join to text
-    names = [str(tokenizer.decode([i], skip_special_tokens=False)) for i in ids]
-    return Tokens(pieces, names)
+    return Tokens(pieces, [token_name(tokenizer, i) for i in ids])
 
 
 def _token_logprobs(tokens: Tokens, logprobs: Sequence[float]) -> list[TokenLogprob]:
@@ -82,28 +82,13 @@ def _token_logprobs(tokens: Tokens, logprobs: Sequence[float]) -> list[TokenLogp
     ]
 
 
-def _usage(out: GenerateOutput) -> Usage:
-    prompt = sum(len(o.prompt_token_ids) for o in out.outputs)
-    completion = sum(len(c.token_ids) for o in out.outputs for c in o.completions)
-    return Usage(prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion)
-
-
 @dataclass(frozen=True)
 class Served:
-    """A generated response and, when streamed, its server-sent events."""
+    """A response: its whole body or, when streamed, its server-sent events."""
 
     weight_version: int
-    body: ChatCompletion | TextCompletion
-    events: list[str] | None = None
-
-    async def stream(self) -> AsyncIterator[str]:
-        for event in self.events or []:
-            yield event
-        yield "data: [DONE]\n\n"
-
-
-def _event(chunk: ChatCompletionChunk | TextCompletion) -> str:
-    return f"data: {chunk.model_dump_json(exclude_none=True)}\n\n"
+    body: ChatCompletion | TextCompletion | None = None
+    events: AsyncIterator[str] | None = None
 
 
 class OpenAIServing:
@@ -131,10 +116,9 @@ class OpenAIServing:
         used = len(backend.tokenizer(text, add_special_tokens=False)["input_ids"])
         return max(1, min(bound, backend.max_context - used))
 
-    async def _sample(
-        self, req: ChatCompletionRequest | CompletionRequest, texts: list[str], field: str, max_tokens: int
-    ) -> tuple[GenerateOutput, list[list[Tokens]]]:
-        params = SamplingParams(
+    @staticmethod
+    def _params(req: ChatCompletionRequest | CompletionRequest, max_tokens: int) -> SamplingParams:
+        return SamplingParams(
             n=req.n,
             max_tokens=max_tokens,
             temperature=req.temperature,
@@ -142,20 +126,43 @@ class OpenAIServing:
             stop=tuple(req.stop_strings()),
             seed=req.seed,
         )
+
+    async def _sample(
+        self, texts: list[str], field: str, params: SamplingParams, logprobs: bool
+    ) -> tuple[GenerateOutput, list[list[Tokens]]]:
         out = await self.serving.sample(texts, params, field)
-        wants_logprobs = req.logprobs if isinstance(req, ChatCompletionRequest) else req.logprobs is not None
-        if not (req.stream or wants_logprobs):  # only streams and log-probs need the tokens' texts
+        if not logprobs:  # only log-probs need the tokens' texts
             return out, [[_UNSPLIT for _ in o.completions] for o in out.outputs]
         tok = self.serving.detokenizer
         splits = await asyncio.to_thread(lambda: [[split_tokens(tok, c) for c in o.completions] for o in out.outputs])
         return out, splits
 
-    def _meta(self, prefix: str, out: GenerateOutput) -> dict[str, Any]:
+    async def _stream(
+        self, req: ChatCompletionRequest | CompletionRequest, texts: list[str], field: str, params: SamplingParams
+    ) -> Served:
+        stream = await self.serving.stream(texts, params, field)
+        meta = self._meta("chatcmpl" if isinstance(req, ChatCompletionRequest) else "cmpl", stream.weight_version)
+        chunks: Chunks = (
+            ChatChunks(meta)
+            if isinstance(req, ChatCompletionRequest)
+            else TextChunks(meta, [len(t) for t in texts for _ in range(req.n)])
+        )
+        tok = self.serving.detokenizer
+        choices = StreamedChoices(
+            chunks,
+            [StreamedText(tok, params.stop) for _ in range(len(texts) * req.n)],
+            tok,
+            logprobs=_wants_logprobs(req),
+            include_usage=bool(req.stream_options and req.stream_options.include_usage),
+        )
+        return Served(stream.weight_version, events=choices.events(stream))
+
+    def _meta(self, prefix: str, weight_version: int) -> dict[str, Any]:
         return dict(
             id=f"{prefix}-{uuid.uuid4().hex}",
             created=int(time.time()),
             model=self._name,
-            system_fingerprint=fingerprint(out.weight_version),
+            system_fingerprint=fingerprint(weight_version),
         )
 
     # --- chat ---------------------------------------------------------------------------------
@@ -172,8 +179,11 @@ class OpenAIServing:
             text = self.serving.renderer.render_messages(messages)
         except ValueError as err:
             raise InvalidInputError(str(err), "messages") from None
-        out, splits = await self._sample(req, [text], "messages", req.token_budget() or self._room(text))
-        meta, usage = self._meta("chatcmpl", out), _usage(out)
+        params = self._params(req, req.token_budget() or self._room(text))
+        if req.stream:
+            return await self._stream(req, [text], "messages", params)
+        out, splits = await self._sample([text], "messages", params, req.logprobs)
+        meta, usage = self._meta("chatcmpl", out.weight_version), usage_of(out)
         completions, tokens = out.outputs[0].completions, splits[0]
         logprobs = [
             ChoiceLogprobs(content=_token_logprobs(t, c.logprobs)) if req.logprobs else None
@@ -189,14 +199,7 @@ class OpenAIServing:
                 for i, (c, lp) in enumerate(zip(completions, logprobs, strict=True))
             ],
         )
-        if not req.stream:
-            return Served(out.weight_version, body)
-        events = [
-            e for i in range(len(completions)) for e in _chat_events(meta, i, completions[i], tokens[i], logprobs[i])
-        ]
-        if req.stream_options and req.stream_options.include_usage:
-            events.append(_event(ChatCompletionChunk(**meta, choices=[], usage=usage)))
-        return Served(out.weight_version, body, events)
+        return Served(out.weight_version, body)
 
     # --- text completions ---------------------------------------------------------------------
     async def complete(self, req: CompletionRequest) -> Served:
@@ -210,62 +213,26 @@ class OpenAIServing:
         # An omitted max_tokens is OpenAI's default (16) lowered to this server's bound.
         given = "max_tokens" in req.model_fields_set
         max_tokens = req.max_tokens if given else min(req.max_tokens, self.serving.settings.max_tokens)
-        out, splits = await self._sample(req, prompts, "prompt", max_tokens)
-        meta, usage = self._meta("cmpl", out), _usage(out)
+        params = self._params(req, max_tokens)
+        if req.stream:
+            return await self._stream(req, prompts, "prompt", params)
+        out, splits = await self._sample(prompts, "prompt", params, _wants_logprobs(req))
+        meta, usage = self._meta("cmpl", out.weight_version), usage_of(out)
         choices: list[CompletionChoice] = []
-        events: list[str] = []
         for p, (prompt, o) in enumerate(zip(prompts, out.outputs, strict=True)):
             for j, (c, tokens) in enumerate(zip(o.completions, splits[p], strict=True)):
                 index = p * req.n + j  # OpenAI's order: every choice of the first prompt first
                 lp = _text_logprobs(tokens, c.logprobs, len(prompt)) if req.logprobs is not None else None
                 choices.append(CompletionChoice(index=index, text=c.text, logprobs=lp, finish_reason=c.finish_reason))
-                if req.stream:
-                    events += _text_events(meta, index, c, tokens, lp)
-        if req.stream and req.stream_options and req.stream_options.include_usage:
-            events.append(_event(TextCompletion(**meta, choices=[], usage=usage)))
         body = TextCompletion(**meta, choices=choices, usage=usage)
-        return Served(out.weight_version, body, events if req.stream else None)
+        return Served(out.weight_version, body)
+
+
+def _wants_logprobs(req: ChatCompletionRequest | CompletionRequest) -> bool:
+    return req.logprobs if isinstance(req, ChatCompletionRequest) else req.logprobs is not None
 
 
 def _text_logprobs(tokens: Tokens, logprobs: Sequence[float], start: int) -> CompletionLogprobs:
     """``text_offset``: where each token's text begins, counted from the start of the prompt."""
     offsets = [start + sum(len(piece) for piece in tokens.pieces[:k]) for k in range(len(tokens.pieces))]
     return CompletionLogprobs(tokens=tokens.names, token_logprobs=list(logprobs), text_offset=offsets)
-
-
-def _chat_events(
-    meta: dict[str, Any], index: int, c: Completion, tokens: Tokens, logprobs: ChoiceLogprobs | None
-) -> list[str]:
-    """One choice as chunks: the role, one chunk per sampled token (its text delta and log-prob),
-    then the finish reason."""
-    first = ChatChunkChoice(index=index, delta=ChoiceDelta(role="assistant", content=""))
-    events = [_event(ChatCompletionChunk(**meta, choices=[first]))]
-    for k, piece in enumerate(tokens.pieces):
-        lp = ChoiceLogprobs(content=[logprobs.content[k]]) if logprobs and logprobs.content else None
-        if piece or lp:
-            delta = ChatChunkChoice(index=index, delta=ChoiceDelta(content=piece), logprobs=lp)
-            events.append(_event(ChatCompletionChunk(**meta, choices=[delta])))
-    last = ChatChunkChoice(index=index, delta=ChoiceDelta(), finish_reason=c.finish_reason)
-    events.append(_event(ChatCompletionChunk(**meta, choices=[last])))
-    return events
-
-
-def _text_events(
-    meta: dict[str, Any], index: int, c: Completion, tokens: Tokens, logprobs: CompletionLogprobs | None
-) -> list[str]:
-    """One choice as chunks: one per sampled token (its text and log-prob), then the finish reason."""
-    events = []
-    for k, piece in enumerate(tokens.pieces):
-        lp = None
-        if logprobs is not None:
-            lp = CompletionLogprobs(
-                tokens=[logprobs.tokens[k]],
-                token_logprobs=[logprobs.token_logprobs[k]],
-                text_offset=[logprobs.text_offset[k]],
-            )
-        if piece or lp:
-            chunk = CompletionChoice(index=index, text=piece, logprobs=lp, finish_reason=None)
-            events.append(_event(TextCompletion(**meta, choices=[chunk])))
-    end = CompletionChoice(index=index, text="", finish_reason=c.finish_reason)
-    events.append(_event(TextCompletion(**meta, choices=[end])))
-    return events

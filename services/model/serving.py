@@ -1,4 +1,5 @@
-"""The serving layer: request bounds, dynamic batching, vote and judge grading, weight updates.
+"""The serving layer: request bounds, dynamic batching, token streams, vote and judge grading,
+weight updates.
 
 Routes call this and nothing else; it calls the backend. Anything every backend should get for
 free lives here (vote grading, bounds, timeouts, metrics), so backends stay small.
@@ -33,6 +34,7 @@ from .batching import GenerateBatcher
 from .metrics import ServerMetrics
 from .rendering import PromptRenderer
 from .settings import ServerSettings
+from .token_stream import TokenStream
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -116,8 +118,11 @@ class ModelServing:
     async def _generate(self, prompts: Sequence[str], params: SamplingParams) -> GenerateOutput:
         call = self._batcher.submit(prompts, params) if self._batcher else self.backend.generate(prompts, params)
         out = await self._bounded(call, self.settings.request_timeout_s, "generate")
-        self.metrics.generated_tokens.inc(sum(len(c.token_ids) for o in out.outputs for c in o.completions))
+        self._count_tokens(out)
         return out
+
+    def _count_tokens(self, out: GenerateOutput) -> None:
+        self.metrics.generated_tokens.inc(sum(len(c.token_ids) for o in out.outputs for c in o.completions))
 
     # --- bounds and rendering -----------------------------------------------------------------
     def _check_count(self, count: int, field: str) -> None:
@@ -167,9 +172,7 @@ class ModelServing:
         assert self._renderer is not None
         return self._renderer
 
-    async def sample(self, texts: list[str], params: SamplingParams, field: str) -> GenerateOutput:
-        """Rendered ``texts`` through the bounds, context check and batcher of ``/v1/generate`` (the
-        OpenAI routes' way in); ``field`` names the request field the texts came from."""
+    def _check_sampling(self, texts: list[str], params: SamplingParams, field: str) -> None:
         self._check_count(len(texts), field)
         self._check_n(params.n, "n")
         self._check_max_tokens(params.max_tokens, "max_tokens")
@@ -177,7 +180,28 @@ class ModelServing:
         i = self.backend.too_long(texts, params.max_tokens)
         if i is not None:
             raise InvalidInputError(f"{field} plus {params.max_tokens} new tokens exceeds the model's context", field)
+
+    async def sample(self, texts: list[str], params: SamplingParams, field: str) -> GenerateOutput:
+        """Rendered ``texts`` through the bounds, context check and batcher of ``/v1/generate`` (the
+        OpenAI routes' way in); ``field`` names the request field the texts came from."""
+        self._check_sampling(texts, params, field)
         return await self._generate(texts, params)
+
+    async def stream(self, texts: list[str], params: SamplingParams, field: str) -> TokenStream:
+        """``sample`` as it decodes (``stream: true``): the same bounds and context check, then the
+        backend's own stream, which leases one weight version until its last token (no batcher: a
+        stream is one backend call). Returns once the first step has arrived, so a failure up to
+        then is an ordinary error; ``request_timeout_s`` bounds the whole generation."""
+        self._check_sampling(texts, params, field)
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+
+        def bounded(step: Awaitable[T]) -> Awaitable[T]:
+            return self._bounded(step, start + self.settings.request_timeout_s - loop.time(), "generate")
+
+        stream = await TokenStream.open(self.backend.stream(texts, params), bounded, self._count_tokens)
+        self.metrics.stream_first_token.observe(loop.time() - start)
+        return stream
 
     # --- endpoints ----------------------------------------------------------------------------
     async def generate(self, req: GenerateRequest) -> GenerateResponse:

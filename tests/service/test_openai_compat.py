@@ -215,21 +215,22 @@ def _hot_swap_during_a_stream(oai: openai.OpenAI, server: str, make_weights: Cal
         return r.system_fingerprint, [c.message.content or "" for c in r.choices]
 
     answers = dict([texts_now()])
+    # Weights are made before any stream: the server shares this process's torch RNG with seeded sampling.
+    weights = make_weights(7), make_weights(8)
     # 1. The swap lands after the stream's first chunk: the rest still comes from version 0.
     raw = oai.chat.completions.with_raw_response.create(**kw, stream=True)
     assert raw.headers["x-corl-weight-version"] == "0"
     chunks = iter(raw.parse())
     first = next(chunks)
-    _swap(server, 1, make_weights(7))
+    _swap(server, 1, weights[0])
     fingerprints, texts = _streamed([first, *chunks], 4)
     assert fingerprints == {"corl-w0"} and texts == answers["corl-w0"], "the stream mixed weight versions"
     answers.update([texts_now()])
     assert set(answers) == {"corl-w0", "corl-w1"} and answers["corl-w1"] != texts, "new weights changed nothing"
     # 2. The swap races the stream's generation: whichever version serves it serves all of it.
-    weights = make_weights(8)  # before: the server shares this process's torch RNG with the seeded stream
     with ThreadPoolExecutor(1) as pool:
         streamed = pool.submit(lambda: _streamed(oai.chat.completions.create(**kw, stream=True), 4))
-        _swap(server, 2, weights)
+        _swap(server, 2, weights[1])
         fingerprints, texts = streamed.result(timeout=60)
     answers.update([texts_now()])
     assert len(fingerprints) == 1 and fingerprints <= {"corl-w1", "corl-w2"}, fingerprints

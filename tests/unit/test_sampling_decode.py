@@ -113,3 +113,26 @@ def test_the_cache_is_passed_by_the_name_the_model_takes() -> None:
     assert sampling.cache_argument(old) == "past_key_values"
     kwargs = dict(tokenizer=tok, prompts=PROMPTS, n=2, max_tokens=8, temperature=0.0)
     assert sample(old, **kwargs) == sample(model, **kwargs)
+
+
+@pytest.mark.parametrize("path", ["decode loop", "model.generate"])
+def test_on_step_hears_each_token_as_it_is_sampled_and_changes_nothing(
+    path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tok = build_char_tokenizer("0123456789+=")
+    model = _model("llama", tok)
+    kwargs = dict(model=model, tokenizer=tok, prompts=PROMPTS, n=2, max_tokens=10, temperature=1.0, seed=3, stop=("=",))
+    run = sample if path == "decode loop" else lambda **kw: _via_generate(monkeypatch, **kw)
+    steps: list[list[tuple[int, int, float]]] = []
+    heard = run(**kwargs, on_step=steps.append)
+    assert heard == run(**kwargs), "listening changed the samples"
+    completions = [c for r in heard for c in r.completions]
+    assert len({len(c.token_ids) for c in completions}) > 1, "the test needs rows that end at different steps"
+    # Step k holds one token of every row that had not ended before it, the token that ends a row included.
+    assert [sorted(r for r, _, _ in step) for step in steps] == [
+        [r for r, c in enumerate(completions) if len(c.token_ids) > k] for k in range(len(steps))
+    ]
+    for r, c in enumerate(completions):
+        assert [(t, lp) for step in steps for row, t, lp in step if row == r] == list(
+            zip(c.token_ids, c.logprobs, strict=True)
+        )

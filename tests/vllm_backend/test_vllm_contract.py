@@ -10,15 +10,21 @@ they are replaced below by the same checks made the vLLM way.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import httpx
+import openai
 import pytest
 import test_model_server as contract
 import test_model_server_hotswap as hotswap
 from fastapi import FastAPI
 
 from corl.proto import InfoResponse
+from corl.services.model.settings import ServerSettings
+from corl.services.model.testing import running_server
 
 pytestmark = pytest.mark.vllm
 
@@ -91,3 +97,31 @@ async def test_temperature_beyond_vllm_range_is_422(client: httpx.AsyncClient) -
     """vLLM samples with temperature in [0, 2]; above that is the caller's error, not a 500."""
     r = await client.post("/v1/generate", json={**contract.GEN, "temperature": 2.5})
     assert r.status_code == 422 and r.json()["error"]["field"] == "temperature", r.text
+
+
+def test_a_stream_keeps_its_weight_version_while_a_swap_waits_for_it(
+    server_settings: ServerSettings, make_weights: Callable[..., tuple[Path, str]]
+) -> None:
+    """Streamed from vLLM's DELTA outputs through the OpenAI route: the chunks join to the same
+    seeded chat not streamed, and a full swap asked for while the stream is read waits for its
+    generation to end (vLLM reloads weights in place): the stream reports version 0 throughout."""
+    weights = make_weights(7)
+    chat: list[Any] = [{"role": "user", "content": "12+34="}]
+    kw: dict[str, Any] = dict(model="tiny", messages=chat, n=2, max_tokens=24, temperature=1.0, seed=3)
+    body = {"version": 1, "uri": str(weights[0]), "sha256": weights[1], "format": "full"}
+    with running_server(server_settings) as url, ThreadPoolExecutor(1) as pool:
+        oai = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=60.0)
+        whole = oai.chat.completions.create(**kw)
+        stream = oai.chat.completions.create(**kw, stream=True, stream_options={"include_usage": True})
+        chunks = [next(iter(stream))]
+        swap = pool.submit(httpx.post, f"{url}/v1/weights", json=body, headers=hotswap.AUTH, timeout=60)
+        chunks += list(stream)
+        assert swap.result(timeout=60).status_code == 200
+        after = oai.chat.completions.create(**kw)
+    texts = ["", ""]
+    for chunk in chunks:
+        for c in chunk.choices:
+            texts[c.index] += c.delta.content or ""
+    assert {c.system_fingerprint for c in chunks} == {"corl-w0"}
+    assert texts == [c.message.content for c in whole.choices] and chunks[-1].usage == whole.usage
+    assert after.system_fingerprint == "corl-w1"

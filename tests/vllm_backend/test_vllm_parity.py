@@ -4,6 +4,7 @@ Tiny-cohort members (built from ``corl.cohort.presets.TINY``, weights initialise
 range so that greedy choices are clear-cut rather than float ties) give the same greedy tokens and
 log-probs from both backends, before and after a LoRA swap; sampled tokens' log-probs are those
 of the processed (temperature, top-p) distribution, as the trainer's off-policy correction needs.
+Both stream: each step's tokens as decoded, then what ``generate`` returns for the same request.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from corl.services.model.backends.base import Backend, GenerateOutput, SamplingParams
+from corl.services.model.backends.base import Backend, GenerateOutput, SamplingParams, StreamStep
 
 pytestmark = pytest.mark.vllm
 
@@ -130,3 +131,43 @@ async def test_sampled_logprobs_are_the_processed_distribution(
             assert c.logprobs == pytest.approx(processed.tolist(), abs=2e-3)
             raw_differs |= not torch.allclose(raw, processed, atol=1e-2)
     assert raw_differs
+
+
+async def _streamed(backend: Backend, params: SamplingParams) -> tuple[list[StreamStep], GenerateOutput]:
+    steps, final = [], None
+    async for item in backend.stream(PROMPTS[:2], params):
+        if isinstance(item, StreamStep):
+            steps.append(item)
+        else:
+            final = item
+    assert final is not None
+    return steps, final
+
+
+@pytest.mark.parametrize(
+    "params",
+    [SamplingParams(n=3, max_tokens=24, temperature=0.0), SamplingParams(n=3, max_tokens=24, temperature=1.0, seed=5)],
+    ids=["greedy", "seeded"],
+)
+async def test_streams_send_each_step_and_end_with_the_generate_output(
+    backends: tuple[Backend, Backend], params: SamplingParams
+) -> None:
+    vllm, hf = backends
+    for backend in backends:
+        steps, final = await _streamed(backend, params)
+        assert {s.weight_version for s in steps} == {final.weight_version}
+        completions = [c for o in final.outputs for c in o.completions]
+        pieces = 0
+        for i, c in enumerate(completions):
+            deltas = [d for s in steps for d in s.deltas if d.index == i]
+            assert [t for d in deltas for t in d.token_ids] == c.token_ids
+            assert [lp for d in deltas for lp in d.logprobs] == pytest.approx(c.logprobs, abs=1e-6)
+            pieces += len(deltas)
+            if (
+                backend is hf
+            ):  # its decode loop hands over every step; vLLM merges the deltas a reader has not taken yet
+                assert len(deltas) == len(c.token_ids)
+        assert pieces > len(completions), "no completion arrived in more than one piece"
+        assert _tokens(final) == _tokens(await backend.generate(PROMPTS[:2], params)), "streaming changed the samples"
+    if params.temperature == 0.0:
+        assert _tokens((await _streamed(vllm, params))[1]) == _tokens(await hf.generate(PROMPTS[:2], params))

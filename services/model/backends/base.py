@@ -7,13 +7,14 @@ lives in the serving layer, so a new backend implements only this class.
 
 Atomicity contract: every output carries the ``weight_version`` that produced *all* of it, and
 ``load_weights`` loads beside the serving weights and swaps in one step; a failed load leaves the
-old weights serving. Versions only move forward.
+old weights serving. Versions only move forward. A stream (``stream``) holds one version from its
+first token to its last, however many swaps land meanwhile.
 """
 
 from __future__ import annotations
 
 import abc
-from collections.abc import Sequence
+from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -53,6 +54,27 @@ class PromptOutput:
 class GenerateOutput:
     weight_version: int  # the one version that produced every completion below
     outputs: list[PromptOutput]  # one per prompt, in order
+
+
+@dataclass(frozen=True)
+class TokenDelta:
+    """Tokens one completion sampled since its last delta; ``index`` is ``prompt * n + choice``."""
+
+    index: int
+    token_ids: list[int]
+    logprobs: list[float]
+
+
+@dataclass(frozen=True)
+class StreamStep:
+    """The tokens sampled in one decoding step (of the completions that sampled one)."""
+
+    weight_version: int  # the stream's one version: every step and the final output carry it
+    deltas: list[TokenDelta]
+
+
+#: What ``Backend.stream`` yields: a ``StreamStep`` per decoding step, then the ``GenerateOutput``.
+Streamed = AsyncGenerator[StreamStep | GenerateOutput, None]
 
 
 @dataclass(frozen=True)
@@ -134,6 +156,20 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     async def generate(self, prompts: Sequence[str], params: SamplingParams) -> GenerateOutput:
         """``params.n`` completions per prompt, all from one weight version."""
+
+    async def stream(self, prompts: Sequence[str], params: SamplingParams) -> Streamed:
+        """``generate`` as it decodes: a ``StreamStep`` per decoding step, then the ``GenerateOutput``
+        that ``generate`` would return for the same seed. One weight version is leased from the first
+        step to the last; closing the iterator early stops decoding. This default, for engines that
+        cannot stream, generates first and yields every token in one step."""
+        out = await self.generate(prompts, params)
+        deltas = [
+            TokenDelta(p * params.n + j, c.token_ids, c.logprobs)
+            for p, o in enumerate(out.outputs)
+            for j, c in enumerate(o.completions)
+        ]
+        yield StreamStep(out.weight_version, deltas)
+        yield out
 
     @abc.abstractmethod
     async def judge(self, texts: Sequence[str], correct_token: str, incorrect_token: str) -> JudgeOutput:

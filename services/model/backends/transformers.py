@@ -4,7 +4,8 @@ Model work runs in one inference thread (``corl-infer``), weight loading in anot
 (``corl-swap``), so a swap never stalls serving. Two model instances are kept, the serving
 one and a spare: a swap loads into the spare beside the serving weights, verifies it, and
 flips one reference. A batch leases the serving slot for its whole run, so it is served by one
-version only, and the next swap waits for the old slot's leases to drain before reusing it.
+version only, and the next swap waits for the old slot's leases to drain before reusing it. A stream
+is such a run whose decode loop hands each step's tokens to the server's loop as they are sampled.
 Swap cost is therefore a file read plus one ``load_state_dict`` copy (what a raw load costs),
 with the checksum computed on a second thread at the same time. A LoRA adapter is merged in place
 (``adapters``): the weights it targets are reset from a kept copy of their initial values and its
@@ -19,7 +20,7 @@ import inspect
 import logging
 import threading
 import time
-from collections.abc import Sequence, Set
+from collections.abc import Callable, Sequence, Set
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,7 +34,17 @@ from corl import weights_store
 from corl.models.sampling import sample
 
 from . import adapters, base, weights
-from .base import GenerateOutput, JudgeOutput, SamplingParams, WeightFormat, WeightLoadError
+from .base import (
+    GenerateOutput,
+    JudgeOutput,
+    SamplingParams,
+    Streamed,
+    StreamStep,
+    TokenDelta,
+    WeightFormat,
+    WeightLoadError,
+)
+from .relay import Relay
 
 log = logging.getLogger(__name__)
 
@@ -138,10 +149,27 @@ class TransformersBackend(base.Backend):
     async def generate(self, prompts: Sequence[str], params: SamplingParams) -> GenerateOutput:
         return await asyncio.get_running_loop().run_in_executor(self._infer, self._generate_sync, list(prompts), params)
 
-    def _generate_sync(self, prompts: list[str], params: SamplingParams) -> GenerateOutput:
+    async def stream(self, prompts: Sequence[str], params: SamplingParams) -> Streamed:
+        relay: Relay[StreamStep] = Relay()
+        job = asyncio.get_running_loop().run_in_executor(
+            self._infer, self._generate_sync, list(prompts), params, relay.push
+        )
+        async for item in relay.items(job):
+            yield item
+
+    def _generate_sync(
+        self, prompts: list[str], params: SamplingParams, on_step: Callable[[StreamStep], None] | None = None
+    ) -> GenerateOutput:
         # Greedy samples are identical: decode once, repeat (HF refuses greedy num_return_sequences > 1).
         greedy = params.temperature == 0
+        copies = params.n if greedy else 1
         slot = self._lease()
+
+        def step(sampled: list[tuple[int, int, float]]) -> None:
+            assert on_step is not None
+            deltas = [TokenDelta(r * copies + k, [t], [lp]) for r, t, lp in sampled for k in range(copies)]
+            on_step(StreamStep(slot.version, deltas))
+
         try:
             results = sample(
                 slot.model,
@@ -153,6 +181,7 @@ class TransformersBackend(base.Backend):
                 top_p=params.top_p,
                 stop=params.stop,
                 seed=params.seed,
+                on_step=None if on_step is None else step,
             )
         finally:
             self._release(slot)

@@ -13,13 +13,14 @@ no restart), resets the prefix cache and reopens; requests that arrive meanwhile
 A load that fails inside vLLM is undone by reloading the previous directory. A LoRA update needs no
 drain: running requests keep their adapter, new ones get the new adapter under a new name per
 version. Architectures without vLLM LoRA support (GPT-2, Mamba) get the adapter merged on the CPU
-and swapped in as full weights.
+and swapped in as full weights. A stream is one request in ``DELTA`` mode, admitted like any other.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import math
 import os
@@ -27,27 +28,29 @@ import shutil
 import tempfile
 import time
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from corl import weights_store
-from corl.services.errors import InvalidInputError
 
 from . import weights
 from .base import (
     Backend,
     BackendError,
-    Completion,
     GenerateOutput,
     JudgeOutput,
-    PromptOutput,
     SamplingParams,
+    Streamed,
+    StreamStep,
+    TokenDelta,
     WeightFormat,
     WeightLoadError,
     single_token_id,
 )
+from .relay import Relay
 from .vllm_engine import EngineOptions, VLLMEngine
+from .vllm_requests import Gathered, generate_output, sampled_logprobs, sampling_params
 
 log = logging.getLogger(__name__)
 
@@ -202,48 +205,46 @@ class VLLMBackend(Backend):
             self._admitting.set()
 
     # --- inference ----------------------------------------------------------------------------
-    async def generate(self, prompts: Sequence[str], params: SamplingParams) -> GenerateOutput:
-        from vllm import SamplingParams as VSamplingParams
-        from vllm.exceptions import VLLMValidationError
-        from vllm.sampling_params import RequestOutputKind
+    def _encode(self, texts: Sequence[str]) -> list[list[int]]:
+        return [self.tokenizer.encode(t, add_special_tokens=False) for t in texts]
 
-        greedy = params.temperature == 0.0
-        try:
-            # vLLM refuses n > 1 when greedy; greedy samples are identical, so decode once and repeat.
-            sp = VSamplingParams(
-                n=1 if greedy else params.n,
-                max_tokens=params.max_tokens,
-                temperature=params.temperature,
-                top_p=params.top_p,
-                stop=list(params.stop) or None,
-                seed=params.seed,
-                logprobs=0,
-                detokenize=bool(params.stop),  # vLLM matches stop strings on its own detokenised text
-                output_kind=RequestOutputKind.FINAL_ONLY,
-            )
-        except VLLMValidationError as err:  # e.g. vLLM caps temperature at 2: the caller's input, 422
-            raise InvalidInputError(f"vLLM backend: {err}", getattr(err, "parameter", None) or "body") from None
-        ids = [self.tokenizer.encode(p, add_special_tokens=False) for p in prompts]
+    async def generate(self, prompts: Sequence[str], params: SamplingParams) -> GenerateOutput:
+        sp = sampling_params(params, streamed=False)
+        ids = self._encode(prompts)
         async with self._admitted() as serving:
             finals = await self._engine.run(self._run_all(ids, sp, serving.lora))
-        outputs = []
-        for prompt_ids, out in zip(ids, finals, strict=True):
-            completions = [self._completion(c, bool(params.stop)) for c in out.outputs]
-            outputs.append(PromptOutput(list(prompt_ids), completions * params.n if greedy else completions))
-        return GenerateOutput(serving.version, outputs)
+        return generate_output(serving.version, ids, finals, params, self.tokenizer)
 
-    def _completion(self, c: Any, detokenized: bool) -> Completion:
-        token_ids = [int(t) for t in c.token_ids]
-        logprobs = [float(step[t].logprob) for step, t in zip(c.logprobs, token_ids, strict=True)]
-        # With stop strings vLLM's text already ends before the stop string; its ids include it.
-        text = c.text if detokenized else self.tokenizer.decode(token_ids, skip_special_tokens=True)
-        return Completion(text, token_ids, logprobs, "stop" if c.finish_reason == "stop" else "length")
+    async def stream(self, prompts: Sequence[str], params: SamplingParams) -> Streamed:
+        sp = sampling_params(params, streamed=True)
+        ids = self._encode(prompts)
+        relay: Relay[StreamStep] = Relay()
+        job = asyncio.ensure_future(self._stream_admitted(ids, sp, params, relay.push))
+        async for item in relay.items(job):
+            yield item
 
-    async def _run_all(self, ids: list[list[int]], sp: Any, lora: Any) -> list[Any]:
+    async def _stream_admitted(
+        self, ids: list[list[int]], sp: Any, params: SamplingParams, push: Callable[[StreamStep], None]
+    ) -> GenerateOutput:
+        """The serving weights are held while the engine decodes (not while a slow reader reads on)."""
+        copies = params.n if params.temperature == 0.0 else 1  # greedy: one completion stands for n
+        async with self._admitted() as serving:
+
+            def on_delta(prompt: int, c: Any) -> None:  # on the engine loop
+                first, tokens, logprobs = (prompt * sp.n + c.index) * copies, list(c.token_ids), sampled_logprobs(c)
+                push(StreamStep(serving.version, [TokenDelta(first + k, tokens, logprobs) for k in range(copies)]))
+
+            gathers = [Gathered(sp.n, functools.partial(on_delta, p)) for p in range(len(ids))]
+            finals = await self._engine.run(self._run_all(ids, sp, serving.lora, gathers))
+        return generate_output(serving.version, ids, finals, params, self.tokenizer)
+
+    async def _run_all(self, ids: list[list[int]], sp: Any, lora: Any, gathers: Sequence[Any] = ()) -> list[Any]:
         """On the engine loop: one vLLM request per prompt, all in flight together."""
-        return await asyncio.gather(*(self._run_one(p, sp, lora) for p in ids))
+        gathers = gathers or [None] * len(ids)
+        return await asyncio.gather(*(self._run_one(p, sp, lora, g) for p, g in zip(ids, gathers, strict=True)))
 
-    async def _run_one(self, prompt_ids: list[int], sp: Any, lora: Any) -> Any:
+    async def _run_one(self, prompt_ids: list[int], sp: Any, lora: Any, gather: Gathered | None = None) -> Any:
+        """The request's final output, or (streamed) the one ``gather`` puts together from its deltas."""
         from vllm.inputs import TokensPrompt
 
         final = None
@@ -251,7 +252,7 @@ class VLLMBackend(Backend):
             async for out in self._engine.llm.generate(
                 TokensPrompt(prompt_token_ids=prompt_ids), sp, uuid.uuid4().hex, lora_request=lora
             ):
-                final = out
+                final = out if gather is None else gather.add(out)
         except asyncio.CancelledError:
             raise
         except Exception as err:
@@ -272,7 +273,7 @@ class VLLMBackend(Backend):
             detokenize=False,
             output_kind=RequestOutputKind.FINAL_ONLY,
         )
-        ids = [self.tokenizer.encode(t, add_special_tokens=False) for t in texts]
+        ids = self._encode(texts)
         async with self._admitted() as serving:
             finals = await self._engine.run(self._run_all(ids, sp, serving.lora))
         scores = []

@@ -77,26 +77,27 @@ def config_changes(before: CohortConfig, now: CohortConfig) -> list[str]:
     return changes
 
 
-def still_running(run_dir: Path, before: CohortConfig) -> bool:
-    """Whether the Redis of the run's last start still serves ``run_dir`` (its supervisor was killed
-    alone, say): a second Redis on the same append-only file would corrupt it."""
+def still_running(run_dir: Path, before: CohortConfig) -> int | None:
+    """The process id of the Redis of the run's last start when it still serves ``run_dir`` (its
+    supervisor was killed alone, say): a second Redis on the same append-only file would corrupt it."""
     client = redis.Redis.from_url(before.redis_url, socket_connect_timeout=1.0, socket_timeout=2.0)
     try:
         served = client.config_get("dir").get("dir")
+        pid = client.info("server").get("process_id")
     except redis.RedisError:
-        return False
+        return None
     finally:
         client.close()
-    return served is not None and Path(served).resolve() == (run_dir / "redis").resolve()
+    return pid if served is not None and Path(served).resolve() == (run_dir / "redis").resolve() else None
 
 
 def check_resumable(run_dir: Path, before: CohortConfig, now: CohortConfig) -> None:
     """Raise ``ResumeRefused`` when the run in ``run_dir`` is still running, or naming every config
     change that breaks it (``before``: its stored config, ``now``: the one given)."""
-    if still_running(run_dir, before):
+    if pid := still_running(run_dir, before):
         raise ResumeRefused(
-            f"cannot resume {run_dir}: its Redis ({before.redis_url}) is still running; stop what is left "
-            "of the run (or wait for it to end) first."
+            f"cannot resume {run_dir}: its Redis (process {pid}, {before.redis_url}) is still running; "
+            "stop what is left of the run (or wait for it to end) first."
         )
     changes = config_changes(before, now)
     if changes:

@@ -17,12 +17,14 @@ def corl(*args: str, cwd: Path, timeout: float) -> subprocess.CompletedProcess[s
 
 
 def leftovers(*markers: Path) -> list[dict]:
-    """Processes whose command line mentions a marker: every child of a run names its run directory
-    (Redis, aggregator, trainers, the servers' weights store) or the cohort directory (servers)."""
+    """Processes whose command line or working directory mentions a marker: every child of a run names
+    its run directory (aggregator, trainers, the servers' weights store) or the cohort directory
+    (servers); Redis rewrites its command line but works in the run's ``redis`` folder."""
     return [
         p.info
-        for p in psutil.process_iter(["pid", "cmdline"])
-        if any(str(m) in part for m in markers for part in (p.info["cmdline"] or []))
+        for p in psutil.process_iter(["pid", "cmdline", "cwd", "status"])
+        if p.info["status"] != psutil.STATUS_ZOMBIE
+        and any(str(m) in part for m in markers for part in [*(p.info["cmdline"] or []), p.info["cwd"] or ""])
     ]
 
 

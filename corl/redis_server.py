@@ -72,13 +72,17 @@ class LocalRedis:
             "--appendonly",
             "yes" if self.appendonly else "no",
             "--appendfsync",
-            self.appendfsync,  # "always": nothing acknowledged is lost even to a kill -9
+            self.appendfsync,  # see corl.embedded.run.start_redis for what each policy may lose
             "--save",
             "",
             "--logfile",
             str(self.data_dir / "redis.log"),
         ]
-        self._proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        # Its own session: a Ctrl-C in the terminal reaches only the owner, which closes Redis after
+        # the processes that still write to it (trainers acknowledge their last batches on the way out).
+        self._proc = subprocess.Popen(
+            args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+        )
         self.url = f"redis://127.0.0.1:{self.port}/0"
         self._wait(timeout_s)
         log.info("redis started at %s (%s)", self.url, binary)

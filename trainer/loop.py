@@ -6,7 +6,8 @@ checkpoint every ``checkpoint_every`` steps, whenever the stream is idle (the ag
 back-pressure counts pending entries, so holding them would stall it), and on shutdown. After a
 crash the trainer resumes from the newest checkpoint and re-reads what is still pending; ids already
 in the checkpoint are acknowledged without training. Weight versions come from a counter that is
-the maximum of the checkpoint, the weights store and Redis, so a version is never reused.
+the maximum of the checkpoint, the weights store and Redis, so a version is never reused; the jump
+that makes over steps lost in a crash is not counted as staleness (see ``staleness``).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from .metrics import TrainerMetrics
 from .policy import PolicyTrainer, StepStats, resolve_device
 from .publish import Published, ReplicaPusher, WeightsStore
 from .settings import TrainerSettings
+from .staleness import Renumbering, version_lag
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +82,7 @@ class Trainer:
         self._unpublished = 0
         self._last_sync = self._last_claim = 0.0
         self.latest: Published | None = None
+        self.renumbering: Renumbering | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------------
 
@@ -112,8 +115,9 @@ class Trainer:
                 newest,
                 self.state.weight_version,
             )
-            self.state.weight_version = newest
+            checkpoint_version, self.state.weight_version = self.state.weight_version, newest
             self.publish()
+            self.renumbering = Renumbering(newest, checkpoint_version, self.state.weight_version)
         elif newest > 0:
             self.latest = self.store.get(newest, self.policy.format)  # type: ignore[arg-type]
             self.pusher.sync(self.latest)
@@ -176,7 +180,7 @@ class Trainer:
                 self.stream.commit([entry.entry_id], applied=[batch.batch_id])
             return
         generated = min(s.weight_version for _, s in batch.samples())
-        lag = self.state.weight_version - generated
+        lag = version_lag(self.state.weight_version, generated, self.renumbering)
         self._gauge(m.version_lag, lag)
         if lag > self.cfg.training.max_staleness:
             log.info(

@@ -30,7 +30,7 @@ def eval_through_servers(
 ) -> None:
     from corl.config import MemberConfig
     from corl.data import load_splits
-    from corl.embedded.config import embedded_config
+    from corl.embedded.config import PLANNED_REDIS_URL, embedded_config
     from corl.embedded.evaluate import ServerEval, evaluate_server
     from corl.embedded.processes import ChildDied, ProcessGroup, exit_on_sigterm
     from corl.embedded.run import start_model_servers
@@ -54,7 +54,7 @@ def eval_through_servers(
     with tempfile.TemporaryDirectory(prefix="corl-eval-") as tmp:
         run_dir = Path(tmp)
         # Servers only: no Redis is contacted, the URL just fills the config.
-        cfg = embedded_config(run_dir, run_dir, "redis://127.0.0.1:1/0", base=base)
+        cfg = embedded_config(run_dir, run_dir, PLANNED_REDIS_URL, base=base)
         run_preflight(cfg, run_dir, console, force=force, memory=memory, trainers=False)
         group = ProcessGroup(run_dir / "logs", env={"CORL_LOG_LEVEL": "WARNING"})
         served = cfg.served_members()

@@ -41,8 +41,9 @@ def experiment(
     """Writes summary.csv, results.md and accuracy/diversity PNGs into OUT."""
     from rich.console import Console
 
-    from corl.embedded.config import embedded_config
+    from corl.embedded.config import PLANNED_REDIS_URL, embedded_config
     from corl.embedded.processes import exit_on_sigterm
+    from corl.embedded.resume import ResumeRefused
     from corl.experiment.runner import ExperimentOptions, run_experiment
 
     from .cohort import ensure_cohort
@@ -61,7 +62,7 @@ def experiment(
             raise typer.BadParameter(f"{item!r}: expected KEY=VALUE, e.g. reward.threshold=0.5", param_hint="--set")
         overrides[key.strip()] = yaml.safe_load(value)
     # Before any run: every member's model exists and one run fits (no Redis is contacted).
-    planned = embedded_config(cohort, out.resolve(), "redis://127.0.0.1:1/0", base=base, overrides=overrides)
+    planned = embedded_config(cohort, out.resolve(), PLANNED_REDIS_URL, base=base, overrides=overrides)
     run_preflight(planned, out, console, force=force, memory=memory)
     names, limits = parse_modes(modes)
     opts = ExperimentOptions(
@@ -77,8 +78,14 @@ def experiment(
     try:
         run_experiment(cohort, out.resolve(), opts, console)
     except KeyboardInterrupt:
-        console.print(f"[yellow]experiment interrupted: finished runs are kept in {out}/runs and resume[/yellow]")
+        console.print(
+            f"[yellow]experiment interrupted: run it again to go on (finished runs in {out}/runs are kept, "
+            "the unfinished one resumes where it stopped)[/yellow]"
+        )
         raise typer.Exit(130) from None
+    except ResumeRefused as err:
+        console.print(str(err), style="red", markup=False, highlight=False)
+        raise typer.Exit(2) from None
     console.print((out / "results.md").read_text())
     console.print(f"written: {out}/summary.csv, results.md, accuracy.png, diversity.png")
 

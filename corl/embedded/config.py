@@ -9,6 +9,9 @@ from corl.config import CohortConfig, parse_config
 from corl.redis_server import free_port
 
 DEFAULT_COHORT_DIR = Path("cohort/tiny")
+# A Redis address where nothing answers: for a config planned before the run's Redis starts (preflight,
+# resume checks) or used where no Redis is needed.
+PLANNED_REDIS_URL = "redis://127.0.0.1:1/0"
 
 
 def cohort_members(cohort_dir: Path) -> list[str]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from rich.table import Table
@@ -36,6 +36,15 @@ class RunSnapshot:
     def row(self) -> dict:
         return {"time": time.time(), **asdict(self)}
 
+    @classmethod
+    def from_row(cls, row: dict) -> RunSnapshot:
+        """The snapshot a ``metrics.jsonl`` row recorded (fields this version does not know are skipped)."""
+        known = {f.name for f in fields(MemberSnapshot)}
+        members = {
+            name: MemberSnapshot(**{k: v for k, v in m.items() if k in known}) for name, m in row["members"].items()
+        }
+        return cls(elapsed_s=float(row["elapsed_s"]), rounds=int(row["rounds"]), members=members)
+
 
 class MetricsHistory:
     """Append-only JSONL of snapshots, written as the run goes so a crash loses nothing."""
@@ -47,6 +56,20 @@ class MetricsHistory:
     def append(self, snap: RunSnapshot) -> None:
         with self.path.open("a") as f:
             f.write(json.dumps(snap.row()) + "\n")
+
+    def last(self) -> RunSnapshot | None:
+        """The newest complete snapshot, where a resumed run goes on from; None when there is none.
+        A last line cut short (the run was killed while writing it) is removed, so the resumed run's
+        rows start on a line of their own."""
+        if not self.path.exists():
+            return None
+        data = self.path.read_bytes()
+        complete = data[: data.rfind(b"\n") + 1]
+        if complete != data:
+            with self.path.open("r+b") as f:
+                f.truncate(len(complete))
+        lines = [line for line in complete.splitlines() if line.strip()]
+        return RunSnapshot.from_row(json.loads(lines[-1])) if lines else None
 
 
 def _fmt(x: float | int | None, spec: str = ".3f") -> str:

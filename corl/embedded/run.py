@@ -30,6 +30,7 @@ from corl.tasks import Example, get_task
 from .evaluate import evaluate_server
 from .processes import ChildDied, ProcessGroup, RestartPolicy, corl_command
 from .progress import MemberSnapshot, MetricsHistory, RunSnapshot, render, summary_line
+from .resume import CONFIG_FILE, resume_line, resume_point, wait_batches_applied
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +55,8 @@ class RunOptions:
     # Held-out accuracy of the starting weights, member -> accuracy, when already read (an experiment's
     # earlier run of the same cohort, problems and greedy decoding): recorded instead of read again.
     start_accuracy: dict[str, float] | None = None
+    # Continue the run already in the run directory (its Redis, checkpoints, weights and history).
+    resume: bool = False
 
 
 @dataclass
@@ -116,19 +119,16 @@ def start_services(
     group: ProcessGroup,
     aggregator_port: int,
     before_rounds: Callable[[], None] = lambda: None,
+    before_aggregator: Callable[[], None] = lambda: None,
 ) -> str:
-    """Start every server, call ``before_rounds`` (the start reading: nothing has trained yet), then
-    the aggregator and trainers; return the aggregator URL."""
-    config_path = run_dir / "cohort.yaml"
+    """Start every server, call ``before_rounds`` (the start reading: nothing has trained yet), start
+    the trainers (each brings its member's servers to the newest published version), call
+    ``before_aggregator`` (a resumed run's trainers catch up there), then start the aggregator, which
+    samples the rounds; return its URL."""
+    config_path = run_dir / CONFIG_FILE
     dump_config(cfg, config_path)
     start_model_servers(cfg, group)
     before_rounds()
-    agg_url = f"http://127.0.0.1:{aggregator_port}"
-    group.start(
-        "aggregator",
-        corl_command("serve", "aggregator", "--config", str(config_path), "--port", str(aggregator_port)),
-        health_url=f"{agg_url}/readyz",
-    )
     for m in cfg.members:
         if m.role == "trained":
             metrics_port = free_port()
@@ -140,6 +140,14 @@ def start_services(
                 health_url=f"http://127.0.0.1:{metrics_port}/metrics",  # served once the trainer is ready
                 env=thread_env(cfg, "CORL_TRAINER_THREADS"),
             )
+    group.wait_healthy()
+    before_aggregator()
+    agg_url = f"http://127.0.0.1:{aggregator_port}"
+    group.start(
+        "aggregator",
+        corl_command("serve", "aggregator", "--config", str(config_path), "--port", str(aggregator_port)),
+        health_url=f"{agg_url}/readyz",
+    )
     group.wait_healthy()
     return agg_url
 
@@ -221,6 +229,14 @@ class RunMonitor:
             snap.majority_ratio = last.majority_ratio
             snap.label_share = last.label_share
 
+    def restore(self, snap: RunSnapshot) -> None:
+        """Go on from a stopped run's last snapshot: its held-out readings stand (the next one is due
+        ``eval_every`` versions after the last one taken) and its clock keeps counting."""
+        for name, m in snap.members.items():
+            if name in self.last:
+                self.last[name] = copy.deepcopy(m)
+        self.t0 = time.monotonic() - snap.elapsed_s
+
     def record_start(self, accuracy: dict[str, float]) -> None:
         """Take the starting weights' held-out readings as given (version 0 of every member)."""
         for m in self.cfg.served_members():
@@ -255,7 +271,8 @@ def _drained(snap: RunSnapshot, cfg: CohortConfig, target: int | None) -> bool:
 
 
 def run_embedded(cfg: CohortConfig, run_dir: Path, opts: RunOptions, console: Console | None = None) -> RunResult:
-    """Run the loop until ``opts.rounds`` rounds are produced and trained on (or Ctrl-C)."""
+    """Run the loop until ``opts.rounds`` rounds are produced and trained on (or Ctrl-C); with
+    ``opts.resume``, go on with the run already in ``run_dir`` (its rounds count toward ``opts.rounds``)."""
     console = console or Console()
     # One admin token per run: trainers use it to push weights into the servers.
     token = os.environ.get("CORL_ADMIN_TOKEN") or secrets.token_urlsafe(24)
@@ -263,10 +280,13 @@ def run_embedded(cfg: CohortConfig, run_dir: Path, opts: RunOptions, console: Co
         run_dir / "logs", env={"CORL_LOG_LEVEL": "INFO", "CORL_ADMIN_TOKEN": token}, restart=opts.restart
     )
     history = MetricsHistory(run_dir / "metrics.jsonl")
+    resumed = history.last() if opts.resume else None  # None: no snapshot yet, the start reading is due
     monitor: RunMonitor | None = None
-    snap = RunSnapshot(elapsed_s=0.0, rounds=0)
+    snap = resumed or RunSnapshot(elapsed_s=0.0, rounds=0)
     interrupted = False
     try:
+        if opts.resume:
+            console.print(resume_line(cfg, resume_point(cfg), opts.rounds), highlight=False, soft_wrap=True)
         port = free_port()
         # Printed before the (slow) start, so a person can open the dashboard while it comes up.
         console.print(service_urls(f"http://127.0.0.1:{port}"), highlight=False, soft_wrap=True)
@@ -274,15 +294,23 @@ def run_embedded(cfg: CohortConfig, run_dir: Path, opts: RunOptions, console: Co
         with console.status("starting servers, aggregator and trainers...") as status:
 
             def start_reading() -> None:  # held-out accuracy of the untrained cohort, before any round
-                if opts.start_accuracy is not None:
+                if resumed is not None:  # the run's history goes on; its start reading was taken
+                    reader.restore(resumed)
+                elif opts.start_accuracy is not None:
                     reader.record_start(opts.start_accuracy)
                     history.append(reader.snapshot())
                 else:
                     status.update("held-out accuracy of the starting weights...")
                     history.append(reader.snapshot(force_eval=True))
-                status.update("starting the aggregator and trainers...")
+                status.update("starting the trainers...")
 
-            start_services(cfg, run_dir, group, port, before_rounds=start_reading)
+            def catch_up() -> None:
+                if opts.resume:
+                    status.update("trainers applying the batches the stop left behind...")
+                    wait_batches_applied(cfg, opts.drain_timeout_s, alive=group.check)
+                status.update("starting the aggregator...")
+
+            start_services(cfg, run_dir, group, port, before_rounds=start_reading, before_aggregator=catch_up)
         console.print(f"all services healthy; logs in {group.log_dir}")
         deadline: float | None = None
         live_view = console.is_terminal  # in logs the live table never draws: a line per round instead
@@ -338,4 +366,16 @@ def _collect_final_weights(cfg: CohortConfig, run_dir: Path) -> None:
 
 
 def start_redis(run_dir: Path) -> LocalRedis:
-    return LocalRedis(data_dir=run_dir / "redis").start()
+    """The run's own Redis, its append-only file in ``run_dir/redis``: a restart (``--resume``) replays it.
+
+    ``appendfsync everysec``: every acknowledged write is in the file (the OS page cache) before
+    Redis answers, so a kill -9 of any or all of the run's processes loses nothing; only an OS
+    crash or power cut, or a disk stalled long enough for Redis to postpone a write, can lose the
+    last second or two. The run is built to redo such a loss idempotently: a lost round commit
+    (atomic: counter, cursor, learnt state and batches together) is redone with the same prompts
+    and the same batch ids, which trainers recognise from the applied ids in their fsynced
+    checkpoints and acknowledge without training; a lost acknowledgement re-delivers a batch the
+    same way; weight versions are numbered above both Redis's record and the weights store. So
+    ``always`` (an fsync before every reply, on the path of every round and trainer read) would buy
+    no guarantee the run needs."""
+    return LocalRedis(data_dir=run_dir / "redis", appendfsync="everysec").start()

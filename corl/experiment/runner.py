@@ -13,7 +13,8 @@ from rich.console import Console
 
 from corl.cohort.evaluate import evaluate_member
 from corl.config import CohortConfig
-from corl.embedded.config import cohort_members, embedded_config
+from corl.embedded.config import PLANNED_REDIS_URL, cohort_members, embedded_config
+from corl.embedded.resume import check_resumable, stored_config
 from corl.embedded.run import RunOptions, run_embedded, start_redis
 from corl.tasks import get_task
 
@@ -96,27 +97,28 @@ def run_experiment(cohort_dir: Path, out: Path, opts: ExperimentOptions, console
                 if seed == opts.seeds[0]:
                     histories[mode] = load_history(run_dir / "metrics.jsonl")
                 continue
-            console.rule(f"{mode}, seed {seed} ({time.monotonic() - t0:.0f}s elapsed)")
+            overrides = {
+                **opts.overrides,
+                "run_id": f"{mode.replace('_', '-')}-s{seed}",
+                "reward.mode": mode,
+                "training.seed": seed,
+                "rounds.max_rounds": opts.rounds,
+            }
+            # Started by an earlier invocation and stopped before its end: it goes on where it stopped.
+            stored = stored_config(run_dir)
+            if stored is not None:
+                planned = embedded_config(cohort_dir, run_dir, PLANNED_REDIS_URL, base=opts.base, overrides=overrides)
+                check_resumable(run_dir, stored, planned)
+            console.rule(f"{mode}, seed {seed} ({time.monotonic() - t0:.0f}s elapsed){' resumed' if stored else ''}")
             redis_server = start_redis(run_dir)
             try:
-                cfg = embedded_config(
-                    cohort_dir,
-                    run_dir,
-                    redis_server.url,
-                    base=opts.base,
-                    overrides={
-                        **opts.overrides,
-                        "run_id": f"{mode.replace('_', '-')}-s{seed}",
-                        "reward.mode": mode,
-                        "training.seed": seed,
-                        "rounds.max_rounds": opts.rounds,
-                    },
-                )
+                cfg = embedded_config(cohort_dir, run_dir, redis_server.url, base=opts.base, overrides=overrides)
                 run_opts = RunOptions(
                     rounds=opts.rounds,
                     eval_every=opts.eval_every,
                     eval_prompts=opts.eval_prompts,
                     start_accuracy=start_accuracy,
+                    resume=stored is not None,
                 )
                 run = run_embedded(cfg, run_dir, run_opts, console)
             finally:

@@ -6,75 +6,15 @@ from __future__ import annotations
 import json
 import re
 import signal
-import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import psutil
 import pytest
-
-from corl.embedded.processes import corl_command
+from run_processes import corl, leftovers, start_run, wait_snapshots
 
 pytestmark = pytest.mark.slow
-
-
-def corl(*args: str, cwd: Path, timeout: float) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(corl_command(*args), cwd=cwd, capture_output=True, text=True, timeout=timeout)
-
-
-@pytest.fixture(scope="module")
-def cohort(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("e2e") / "cohort"
-    built = corl(
-        "cohort", "init", "--preset", "micro", "--out", str(out), "--max-steps", "150", cwd=out.parent, timeout=300
-    )
-    assert built.returncode == 0, built.stdout + built.stderr
-    return out
-
-
-def leftovers(*markers: Path) -> list[dict]:
-    """Processes whose command line mentions a marker: every child of a run names its run directory
-    (Redis, aggregator, trainers) or the cohort directory (servers)."""
-    return [
-        p.info
-        for p in psutil.process_iter(["pid", "cmdline"])
-        if any(str(m) in part for m in markers for part in (p.info["cmdline"] or []))
-    ]
-
-
-def wait_snapshots(run_dir: Path, n: int, timeout_s: float = 120.0) -> None:
-    history, deadline = run_dir / "metrics.jsonl", time.monotonic() + timeout_s
-    while len(history.read_text().splitlines()) < n:
-        assert time.monotonic() < deadline, f"fewer than {n} snapshots in {timeout_s}s"
-        time.sleep(0.2)
-
-
-def start_run(cohort: Path, run_dir: Path, rounds: int, *extra: str) -> subprocess.Popen[str]:
-    proc = subprocess.Popen(
-        corl_command(
-            "run",
-            "--cohort",
-            str(cohort),
-            "--rounds",
-            str(rounds),
-            "--out",
-            str(run_dir),
-            "--reward",
-            "self_vote",
-            *extra,
-        ),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    deadline = time.monotonic() + 300
-    history = run_dir / "metrics.jsonl"
-    while not (history.exists() and history.read_text().strip()):
-        assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
-        assert time.monotonic() < deadline, "corl run did not get its services healthy"
-        time.sleep(0.5)
-    return proc
 
 
 def test_corl_run_trains_publishes_and_cleans_up(cohort: Path, tmp_path: Path) -> None:

@@ -279,3 +279,34 @@ def test_batch_without_signal_is_acked_without_update_or_publish(
     assert not list((tmp_path / "weights" / "a").glob("v*"))
     assert _value(trainer.metrics, "corl_trainer_groups_skipped_total") == 3
     assert pending_count(client, run_id) == 0 and applied_ids(client, run_id) == {batch.batch_id}
+
+
+def test_batches_lost_in_a_crash_are_applied_again_not_dropped_for_the_version_jump(
+    tmp_path: Path, tiny_model_dir: Path, redis_url: str, client: redis.Redis, run_id: str
+) -> None:
+    """A crash lost versions 2 and 3 (published after the checkpoint at version 1); the restarted
+    trainer republishes the checkpoint as version 4 and applies the two lost batches again: the jump
+    in numbers is not staleness, even with max_staleness 1."""
+    cfg = make_config(tmp_path, tiny_model_dir, redis_url, run_id, checkpoint_every=100, max_staleness=1)
+    batches = []
+    for version, b in enumerate(make_batches(tiny_model_dir, run_id, 3)):  # sampled by versions 0, 1, 2
+        groups = [
+            g.model_copy(update={"samples": [s.model_copy(update={"weight_version": version}) for s in g.samples]})
+            for g in b.groups
+        ]
+        batches.append(b.model_copy(update={"groups": groups}))
+        xadd(client, batches[-1])
+    first = _trainer(cfg)
+    first._handle(first.stream.next(50))  # type: ignore[arg-type]
+    first.checkpoint()  # step 1 at version 1
+    for _ in range(2):
+        first._handle(first.stream.next(50))  # type: ignore[arg-type]
+    first.close()  # killed: versions 2 and 3 published, their batches never checkpointed
+
+    second = _trainer(cfg)
+    assert second.state.weight_version == 4  # republished above everything published before
+    state = second.run(idle_exit_s=0.2)
+    second.close()
+    assert _value(second.metrics, "corl_trainer_stale_batches_dropped_total") == 0
+    assert state.applied == [b.batch_id for b in batches] and (state.step, state.weight_version) == (3, 6)
+    assert pending_count(client, run_id) == 0

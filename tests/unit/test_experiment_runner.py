@@ -3,6 +3,7 @@ would make a resumed experiment skip it) and stops the experiment."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -114,3 +115,56 @@ def test_a_bad_seed_limit_is_refused(spec: str) -> None:
 
     with pytest.raises(typer.BadParameter, match="MODE:N"):
         parse_modes(spec)
+
+
+def _runs_writing_their_config(monkeypatch: pytest.MonkeyPatch, interrupt: str = "") -> list[tuple[str, bool]]:
+    """Runs that write their config into their directory, as a started run does, then either finish
+    (a result) or, for the run named ``interrupt``, stop early; (run directory name, resumed) in order."""
+    from corl.config import dump_config
+    from corl.embedded.progress import MemberSnapshot
+
+    runs: list[tuple[str, bool]] = []
+
+    def run(cfg: object, run_dir: Path, opts: runner.RunOptions, console: Console) -> RunResult:
+        runs.append((run_dir.name, opts.resume))
+        run_dir.mkdir(parents=True, exist_ok=True)
+        dump_config(cfg, run_dir / "cohort.yaml")  # type: ignore[arg-type]
+        row = {"members": {m: {"accuracy": 0.5, "accuracy_version": 0} for m in "ab"}}
+        (run_dir / "metrics.jsonl").write_text(json.dumps(row) + "\n")
+        final = {m: MemberSnapshot(weight_version=2) for m in "ab"}
+        return RunResult(run_dir, 2, final, run_dir / "metrics.jsonl", interrupted=run_dir.name == interrupt)
+
+    monkeypatch.setattr(
+        runner, "start_redis", lambda d: SimpleNamespace(url="redis://127.0.0.1:1/0", close=lambda: None)
+    )
+    monkeypatch.setattr(runner, "run_embedded", run)
+    monkeypatch.setattr(report, "plot_curves", lambda *a, **k: None)
+    return runs
+
+
+def test_a_run_stopped_before_its_end_is_resumed_by_the_next_invocation(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    opts = runner.ExperimentOptions(modes=["ground_truth", "self_vote"], base=parse_config({"members": MEMBERS}))
+    runs = _runs_writing_their_config(monkeypatch, interrupt="self_vote-seed0")
+    with pytest.raises(KeyboardInterrupt):
+        runner.run_experiment(tmp_path, tmp_path / "out", opts, Console(quiet=True))
+    runs = _runs_writing_their_config(monkeypatch)
+    results = runner.run_experiment(tmp_path, tmp_path / "out", opts, Console(quiet=True))
+    assert runs == [("self_vote-seed0", True)]  # ground_truth finished: not run again
+    assert {(r.mode, r.member) for r in results} == {(m, n) for m in ("ground_truth", "self_vote") for n in "ab"}
+
+
+def test_a_stopped_run_is_not_resumed_under_other_members(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from corl.embedded.resume import ResumeRefused
+
+    opts = runner.ExperimentOptions(modes=["ground_truth"], base=parse_config({"members": MEMBERS}))
+    _runs_writing_their_config(monkeypatch, interrupt="ground_truth-seed0")
+    with pytest.raises(KeyboardInterrupt):
+        runner.run_experiment(tmp_path, tmp_path / "out", opts, Console(quiet=True))
+    other = [MEMBERS[0], {**MEMBERS[1], "model": "/m/other"}]
+    opts = runner.ExperimentOptions(modes=["ground_truth"], base=parse_config({"members": other}))
+    runs = _runs_writing_their_config(monkeypatch)
+    with pytest.raises(ResumeRefused, match="member b model: /m/b -> /m/other"):
+        runner.run_experiment(tmp_path, tmp_path / "out", opts, Console(quiet=True))
+    assert runs == []

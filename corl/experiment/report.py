@@ -135,7 +135,9 @@ def write_report(
     seed = results[0].seed
     collapse = f"\nSustained falls (seed {seed}):\n\n{collapse_table(histories)}" if histories else ""
     diagnostics = (
-        f"\nDiagnostics (seed {seed}, mean over the run's snapshots):\n\n{diagnostics_table(histories)}"
+        f"\nDiagnostics (seed {seed}, mean over the run's snapshots and members):\n\n"
+        f"{cohort_diagnostics_table(histories)}"
+        f"\nPer member:\n\n{diagnostics_table(histories)}"
         if histories
         else ""
     )
@@ -192,6 +194,20 @@ def diagnostics_table(histories: dict[str, list[dict]]) -> str:
                 vals = [r[key] for r in rows if r.get(key) is not None]
                 cells.append(f"{statistics.fmean(vals):.2f}" if vals else "-")
             lines.append(f"| {mode} | {member} | {' | '.join(cells)} |")
+    return "\n".join(lines) + "\n"
+
+
+def cohort_diagnostics_table(histories: dict[str, list[dict]]) -> str:
+    """The same diagnostics per mode, averaged over the members too, with the distinct answers per G
+    while training: one row per mode, for comparing modes at a glance."""
+    keys = [*DIAGNOSTICS, ("distinct_answers", "distinct answers (training)")]
+    lines = [f"| mode | {' | '.join(t for _, t in keys)} |", "|---|" + "---|" * len(keys)]
+    for mode, history in histories.items():
+        cells = []
+        for key, _ in keys:
+            vals = [m[key] for row in history for m in row["members"].values() if m.get(key) is not None]
+            cells.append(f"{statistics.fmean(vals):.2f}" if vals else "-")
+        lines.append(f"| {mode} | {' | '.join(cells)} |")
     return "\n".join(lines) + "\n"
 
 

@@ -54,3 +54,15 @@ def test_diagnostics_are_the_mean_over_a_runs_snapshots_and_missing_readings_are
     table = diagnostics_table({"peer_pool": [snap(None, 0.5), snap(0.4, 0.7), snap(0.8, 0.9)]})
     assert "| mode | member | prompts labelled | label accuracy | reward accuracy | majority ratio |" in table
     assert "| peer_pool | a | 0.50 | 0.60 | 0.70 | 0.25 |" in table  # label accuracy over the two readings
+
+
+def test_cohort_diagnostics_average_over_snapshots_and_members() -> None:
+    from corl.experiment.report import cohort_diagnostics_table
+
+    snap = {"label_rate": 1.0, "label_accuracy": 0.5, "reward_accuracy": None, "majority_ratio": 0.4}
+    rows = [
+        {"members": {"a": {**snap, "distinct_answers": 4.0}, "b": {**snap, "label_accuracy": 1.0}}},
+        {"members": {"a": {**snap, "label_accuracy": 0.0, "distinct_answers": 2.0}}},
+    ]
+    line = cohort_diagnostics_table({"peer_pool": rows}).splitlines()[2]
+    assert line == "| peer_pool | 1.00 | 0.50 | - | 0.40 | 3.00 |"

@@ -215,6 +215,9 @@ def load_history(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+PLOT_COLUMNS = 4  # modes per row of a figure
+
+
 def plot_curves(histories: dict[str, list[dict]], out_dir: Path) -> list[Path]:
     """One PNG for held-out accuracy and one for diversity over training, a line per member and mode."""
     import matplotlib
@@ -233,14 +236,20 @@ def plot_curves(histories: dict[str, list[dict]], out_dir: Path) -> list[Path]:
         if not any(m.get(key) is not None for rows in histories.values() for r in rows for m in r["members"].values()):
             continue  # a history recorded before this diagnostic existed
         modes = sorted(histories)
-        fig, axes = plt.subplots(1, len(modes), figsize=(4.2 * len(modes), 3.6), squeeze=False, sharey=True)
-        for ax, mode in zip(axes[0], modes, strict=True):
-            for member, pts in sorted(member_series(histories[mode], key).items()):
+        cols = min(len(modes), PLOT_COLUMNS)
+        rows = -(-len(modes) // cols)
+        fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.6 * rows), squeeze=False, sharey=True)
+        for i, ax in enumerate(axes.flat):
+            if i >= len(modes):
+                ax.set_visible(False)
+                continue
+            for member, pts in sorted(member_series(histories[modes[i]], key).items()):
                 ax.plot([x for x, _ in pts], [y for _, y in pts], marker="o", markersize=2, label=member)
-            ax.set_title(mode)
+            ax.set_title(modes[i], fontsize=7)
             ax.set_xlabel("weight version (training steps)")
             ax.grid(alpha=0.3)
-        axes[0][0].set_ylabel(ylabel)
+        for row in axes:
+            row[0].set_ylabel(ylabel)
         axes[0][-1].legend(fontsize=8)
         fig.tight_layout()
         path = out_dir / fname

@@ -272,9 +272,7 @@ class CohortConfig(_Section):
         teaching = [m.name for m in self.members if m.teacher_of and m.role != "frozen"]
         if teaching:
             raise ValueError(f"teachers are frozen members (role: frozen): {teaching}")
-        from corl.rewards.modes import REWARD_MODES
-
-        if self.teachers() and not REWARD_MODES[self.reward.mode].votes:
+        if self.teachers() and not self.reward.reads_votes():
             raise ValueError(f"teachers vote; reward mode {self.reward.mode} reads no votes")
         if self.rounds.min_quorum > len(self.members):
             raise ValueError(f"rounds.min_quorum={self.rounds.min_quorum} exceeds the {len(self.members)} members")

@@ -63,8 +63,15 @@ class RewardConfig(_Section):
 
     @model_validator(mode="after")
     def _votes_are_read(self) -> RewardConfig:
-        from corl.rewards.modes import REWARD_MODES
-
-        if self.votes.samples and not REWARD_MODES[self.mode].votes:
+        if "votes" in self.model_fields_set and self.votes.samples and not self.reads_votes():
             raise ValueError(f"reward.votes: mode {self.mode} does not read votes; drop votes or pick a vote mode")
         return self
+
+    def reads_votes(self) -> bool:
+        from corl.rewards.modes import REWARD_MODES
+
+        return REWARD_MODES[self.mode].votes
+
+    def vote_samples(self) -> int:
+        """Vote-only samples a round draws per prompt and member: none for a mode that reads no votes."""
+        return self.votes.samples if self.reads_votes() else 0

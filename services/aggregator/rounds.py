@@ -125,11 +125,11 @@ class RoundDriver:
     ) -> tuple[GenerateResponse, GenerateResponse | None] | None:
         """The member's G samples of ``prompts``, and its vote-only samples when ``reward.votes``
         asks for them; None when it failed (it is left out of the round)."""
-        votes = self.cfg.reward.votes
+        n_votes = self.cfg.reward.vote_samples()
         reqs = [(self.sampling, self.cfg.rounds.samples_per_prompt, member.name)]
-        if votes.samples:
-            vote_sampling = self.sampling.model_copy(update={"temperature": votes.temperature})
-            reqs.append((vote_sampling, votes.samples, f"{member.name}:votes"))
+        if n_votes:
+            vote_sampling = self.sampling.model_copy(update={"temperature": self.cfg.reward.votes.temperature})
+            reqs.append((vote_sampling, n_votes, f"{member.name}:votes"))
         t0 = time.perf_counter()
         try:
             resps = [
@@ -146,7 +146,7 @@ class RoundDriver:
             log.warning("round %d: member %s left out: %s", round_, member.name, err)
             return None
         self.metrics.generate_seconds.labels(member.name).observe(time.perf_counter() - t0)
-        return resps[0], resps[1] if votes.samples else None
+        return resps[0], resps[1] if n_votes else None
 
     async def _grade(
         self,
@@ -191,7 +191,7 @@ class RoundDriver:
         responses = await asyncio.gather(*(self._generate(mc, r, prompts) for mc in cfg.members))
         answered = {mc.name: resp for mc, resp in zip(cfg.members, responses, strict=True) if resp is not None}
         ok = {name: resp for name, (resp, _) in answered.items()}
-        votes = {name: v for name, (_, v) in answered.items() if v is not None} if cfg.reward.votes.samples else None
+        votes = {name: v for name, (_, v) in answered.items() if v is not None} if cfg.reward.vote_samples() else None
         missing = [name for name in self._order if name not in ok]
         if len(ok) < rc.min_quorum:
             m.rounds.labels("no_quorum").inc()

@@ -453,6 +453,8 @@ def test_vote_samples_config_is_checked() -> None:
     for mode in ("peer_judge", "ground_truth", "none"):  # modes that never read a vote
         with pytest.raises(ConfigError, match=f"mode {mode} does not read votes"):
             parse_config({"members": members, "reward": {"mode": mode, "votes": {"samples": 1}}})
+        assert parse_config({"members": members, "reward": {"mode": mode}}).reward.vote_samples() == 0
+    assert cfg.reward.vote_samples() == 4
     assert [m for m, spec in REWARD_MODES.items() if spec.votes] == [*PEER_VOTE_MODES, "self_vote"]
 
 

@@ -6,6 +6,7 @@ supervisor) report into one run with a series per member; an unreachable tracker
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -159,6 +160,8 @@ def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         [str(BIN / "mlflow"), "server", "--backend-store-uri", f"sqlite:///{root}/mlflow.db"]
         + ["--artifacts-destination", str(root / "artifacts"), "--host", "127.0.0.1", "--port", str(port)]
         + ["--workers", "1"],
+        # Its job runner (for MLflow's own background jobs, unused here) takes ~20 s to stop.
+        env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"},
         stdout=(root / "server.log").open("w"),
         stderr=subprocess.STDOUT,
     )

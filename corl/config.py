@@ -22,6 +22,7 @@ from .config_reward import JudgeConfig as JudgeConfig  # the reward section, re-
 from .config_reward import ReliabilityConfig as ReliabilityConfig
 from .config_reward import RewardConfig
 from .config_reward import VoteConfig as VoteConfig
+from .config_tracking import TrackingConfig
 
 
 class EndpointConfig(_Section):
@@ -245,6 +246,7 @@ class CohortConfig(_Section):
     rounds: RoundsConfig = RoundsConfig()
     reward: RewardConfig = RewardConfig()
     training: TrainingConfig = TrainingConfig()
+    tracking: TrackingConfig = TrackingConfig()
 
     @field_validator("task", mode="before")
     @classmethod
@@ -358,6 +360,10 @@ def _looks_like_hub_id(p: str) -> bool:
     return p.count("/") == 1 and not p.startswith(".")
 
 
+def _resolve_dir(p: str | None, base: Path) -> str | None:
+    return None if p is None else str((base / Path(p).expanduser()).resolve())
+
+
 def _resolve_paths(cfg: CohortConfig, base: Path) -> CohortConfig:
     members = [m if m.model is None else m.model_copy(update={"model": _resolve(m.model, base)}) for m in cfg.members]
     src = cfg.rounds.prompt_source
@@ -373,5 +379,6 @@ def _resolve_paths(cfg: CohortConfig, base: Path) -> CohortConfig:
             "weights_dir": str((base / cfg.weights_dir).resolve()),
             "checkpoints_dir": str((base / cfg.checkpoints_dir).resolve()),
             "rounds": cfg.rounds.model_copy(update={"prompt_source": src}),
+            "tracking": cfg.tracking.model_copy(update={"dir": _resolve_dir(cfg.tracking.dir, base)}),
         }
     )

@@ -100,3 +100,13 @@ def heldout_accuracy(run: str) -> str:
     """Latest held-out accuracy per member, as the run's evaluator measured it (hash member -> JSON
     ``{accuracy, weight_version, at}``; TTL): what the dashboard shows."""
     return _k(run, "eval", "heldout")
+
+
+# --- experiment tracking --------------------------------------------------------------------------
+
+
+def tracking_run(run: str) -> str:
+    """The run's identity in experiment trackers, claimed with HSETNX by whichever process comes first
+    (hash: ``key`` -> run key, ``mlflow:<uri>`` -> MLflow run id). Durable, like the round record: a
+    resumed run goes on in the same tracker runs."""
+    return _k(run, "tracking", "run")

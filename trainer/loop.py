@@ -25,6 +25,7 @@ from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 
 from corl.config import CohortConfig
+from corl.tracking import Record, Tracking, build_tracking
 
 from .batches import BatchStream, Entry
 from .checkpoint import Checkpointer, TrainerState
@@ -49,6 +50,7 @@ class Trainer:
         redis_client: redis.Redis | None = None,
         http: httpx.Client | None = None,
         metrics: TrainerMetrics | None = None,
+        tracking: Tracking | None = None,
     ):
         self.cfg, self.member = cfg, member
         self.settings = settings or TrainerSettings()
@@ -56,6 +58,8 @@ class Trainer:
         if mcfg.role != "trained":
             raise ValueError(f"member {member!r} is frozen: it has no trainer")
         self.metrics = metrics or TrainerMetrics(member)
+        # Experiment trackers (tracking.report_to): step stats go there from a thread of their own.
+        self.tracking = tracking or build_tracking(cfg, f"trainer-{member}", self.metrics.registry)
         self.redis = redis_client or redis.Redis.from_url(
             cfg.redis_url,
             socket_timeout=30.0,
@@ -135,6 +139,7 @@ class Trainer:
         signal.signal(signal.SIGINT, self.request_stop)
 
     def close(self) -> None:
+        self.tracking.close()
         if self._metrics_server is not None:
             self._metrics_server.shutdown()
         self.http.close()
@@ -227,6 +232,8 @@ class Trainer:
             )
         if self._unpublished >= self.cfg.training.publish_every:
             self.publish()
+        values = {**stats.reported(), "weight_version": self.state.weight_version}
+        self.tracking.log(Record(f"{self.member}/train", "step", self.state.step, values))
         if len({b for _, b in self._uncommitted if b}) >= self.cfg.training.checkpoint_every:
             self.checkpoint()
 

@@ -38,6 +38,24 @@ class StepStats:
     def tokens_per_second(self) -> float:
         return self.tokens / self.seconds if self.seconds > 0 else 0.0
 
+    def reported(self) -> dict[str, float]:
+        """What experiment trackers get: the batch's reward always, the update's figures when there was one."""
+        out = {"mean_reward": self.mean_reward, "groups_skipped": float(self.groups_skipped)}
+        if self.sequences:
+            out |= {
+                "loss": self.loss,
+                "approx_kl": self.approx_kl,
+                "clip_fraction": self.clip_fraction,
+                "entropy": self.entropy,
+                "grad_norm": self.grad_norm,
+                "advantage_std": self.advantage_std,
+                "tokens_per_second": self.tokens_per_second,
+                "step_seconds": self.seconds,
+            }
+            if self.ref_kl is not None:
+                out["ref_kl"] = self.ref_kl
+        return out
+
 
 def resolve_device(name: str) -> torch.device:
     if name == "auto":

@@ -47,6 +47,7 @@ def run(
     """Start a real Redis, a model server per member, the aggregator and a trainer per trained member."""
     from rich.console import Console
 
+    from corl.config_tracking import TrackerUnavailable
     from corl.embedded.config import DEFAULT_COHORT_DIR, PLANNED_REDIS_URL, embedded_config
     from corl.embedded.processes import ChildDied, RestartPolicy, exit_on_sigterm
     from corl.embedded.resume import ResumeRefused, check_resumable, stored_config
@@ -96,6 +97,10 @@ def run(
             check_resumable(run_dir, stored, planned)
         except ResumeRefused as err:
             raise refuse(str(err)) from None
+    try:
+        planned.tracking.check_usable()  # a tracker's library or server address missing: say so before starting
+    except TrackerUnavailable as err:
+        raise refuse(str(err)) from None
     run_preflight(planned, run_dir, console, force=force, memory=memory)
     redis_server = start_redis(run_dir)
     try:

@@ -22,6 +22,7 @@ def aggregator(
     import uvicorn
 
     from corl.config import ConfigError, load_config
+    from corl.config_tracking import TrackerUnavailable
     from corl.services.aggregator import AggregatorSettings, create_app
 
     from .logs import setup_logging
@@ -29,7 +30,8 @@ def aggregator(
     setup_logging(log_level)
     try:
         cfg = load_config(config)
-    except ConfigError as err:
+        cfg.tracking.check_usable()
+    except (ConfigError, TrackerUnavailable) as err:
         raise typer.BadParameter(str(err), param_hint="--config") from None
     settings = AggregatorSettings(config=config)
     typer.echo(f"aggregator for run {cfg.run_id!r} ({len(cfg.members)} members) on http://{host}:{port}")

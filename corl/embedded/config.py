@@ -54,6 +54,8 @@ def embedded_config(
     data["redis_url"] = redis_url
     data["weights_dir"] = str((run_dir / "weights").resolve())
     data["checkpoints_dir"] = str((run_dir / "checkpoints").resolve())
+    tracking = data.setdefault("tracking", {})
+    tracking["dir"] = tracking.get("dir") or str((run_dir / "tracking").resolve())
     cfg = parse_config(data)
     # An outside endpoint keeps its own address: corl starts no server for it.
     local = [

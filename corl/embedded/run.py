@@ -26,6 +26,7 @@ from corl.proto import InfoResponse, MemberRoundStats, RunStats
 from corl.redis_server import LocalRedis, free_port
 from corl.streams import group_backlog
 from corl.tasks import Example, get_task
+from corl.tracking import Outcome, Record, Tracking, build_tracking
 
 from .evaluate import evaluate_server
 from .processes import ChildDied, ProcessGroup, RestartPolicy, corl_command
@@ -155,8 +156,9 @@ def start_services(
 class RunMonitor:
     """Polls the services for a snapshot; evaluates held-out accuracy through the servers."""
 
-    def __init__(self, cfg: CohortConfig, agg_url: str, opts: RunOptions):
+    def __init__(self, cfg: CohortConfig, agg_url: str, opts: RunOptions, tracking: Tracking | None = None):
         self.cfg, self.agg_url, self.opts = cfg, agg_url, opts
+        self.tracking = tracking or Tracking()
         self.task = get_task(cfg.task.name)
         self.eval_set: list[Example] = load_splits(cfg.task, cfg.rounds.prompt_source.seed).eval[: opts.eval_prompts]
         self.http = httpx.Client(timeout=httpx.Timeout(max(60.0, cfg.rounds.request_timeout_s), connect=5.0))
@@ -245,7 +247,9 @@ class RunMonitor:
             self.report_heldout(m.name, snap.accuracy, 0)
 
     def report_heldout(self, member: str, accuracy: float, version: int) -> None:
-        """Share the reading with the aggregator's dashboard (a hash with a TTL; best effort)."""
+        """Share the reading with the aggregator's dashboard (a hash with a TTL; best effort) and the
+        experiment trackers."""
+        self.tracking.log(Record(f"{member}/heldout", "weight_version", version, {"accuracy": accuracy}))
         key = redis_keys.heldout_accuracy(self.cfg.run_id)
         rec = json.dumps({"accuracy": accuracy, "weight_version": version, "at": time.time()})
         try:
@@ -282,15 +286,17 @@ def run_embedded(cfg: CohortConfig, run_dir: Path, opts: RunOptions, console: Co
     history = MetricsHistory(run_dir / "metrics.jsonl")
     resumed = history.last() if opts.resume else None  # None: no snapshot yet, the start reading is due
     monitor: RunMonitor | None = None
+    tracking = build_tracking(cfg, "supervisor", ends_run=True)  # held-out readings as they come
     snap = resumed or RunSnapshot(elapsed_s=0.0, rounds=0)
     interrupted = False
+    outcome: Outcome = "finished"  # as the trackers record the run's end
     try:
         if opts.resume:
             console.print(resume_line(cfg, resume_point(cfg), opts.rounds), highlight=False, soft_wrap=True)
         port = free_port()
         # Printed before the (slow) start, so a person can open the dashboard while it comes up.
         console.print(service_urls(f"http://127.0.0.1:{port}"), highlight=False, soft_wrap=True)
-        monitor = reader = RunMonitor(cfg, f"http://127.0.0.1:{port}", opts)
+        monitor = reader = RunMonitor(cfg, f"http://127.0.0.1:{port}", opts, tracking)
         with console.status("starting servers, aggregator and trainers...") as status:
 
             def start_reading() -> None:  # held-out accuracy of the untrained cohort, before any round
@@ -337,16 +343,20 @@ def run_embedded(cfg: CohortConfig, run_dir: Path, opts: RunOptions, console: Co
         if group.restarts:
             console.print(f"restarted under on-failure: {group.restarts}", highlight=False)
     except ChildDied as err:
+        outcome = "failed"
         console.print(f"[red]{err.name} died (exit code {err.returncode}); last lines of its log:[/red]")
         console.print(err.log_tail, markup=False, highlight=False)
         raise
     except KeyboardInterrupt:
         console.print("[yellow]interrupted: stopping every process[/yellow]")
-        interrupted = True
+        interrupted, outcome = True, "killed"
     finally:
         if monitor:
             monitor.close()
         group.stop()
+        tracking.close(outcome)
+        if tracking.errors():
+            console.print(f"tracking failed (the run went on without it): {tracking.errors()} calls", highlight=False)
     _collect_final_weights(cfg, run_dir)
     return RunResult(run_dir, snap.rounds, snap.members, history.path, interrupted)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -15,6 +16,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from corl.config import CohortConfig, load_config
 from corl.proto import CONTRACT_VERSION
 from corl.services.http import error_response, install_edge
+from corl.tracking import build_tracking
 
 from .metrics import AggregatorMetrics
 from .routes import router
@@ -40,13 +42,16 @@ def create_app(
             timeout=httpx.Timeout(cfg.rounds.request_timeout_s, connect=hs.connect_timeout_s),
             limits=httpx.Limits(max_connections=hs.max_connections),
         )
+        redis_url = settings.redis_url or cfg.redis_url
         redis = aioredis.Redis.from_url(
-            settings.redis_url or cfg.redis_url,
+            redis_url,
             socket_connect_timeout=5.0,
             socket_timeout=settings.redis_timeout_s,
             health_check_interval=30,
         )
-        serving = AggregatorServing(cfg, settings, redis, http, app.state.metrics)
+        # Round stats go to the experiment trackers (tracking.report_to) from threads of their own.
+        tracking = build_tracking(cfg, "aggregator", app.state.metrics.registry, redis_url=redis_url)
+        serving = AggregatorServing(cfg, settings, redis, http, app.state.metrics, tracking)
         try:
             await serving.start(run_rounds=settings.autostart)
             app.state.serving = serving
@@ -54,6 +59,7 @@ def create_app(
         finally:
             app.state.serving = None
             await serving.stop()
+            await asyncio.to_thread(tracking.close)  # flushing may wait on a tracker: not on the event loop
             await http.aclose()
             await redis.aclose()
 

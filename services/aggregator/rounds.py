@@ -24,6 +24,7 @@ from corl.config import CohortConfig, MemberConfig
 from corl.proto import GenerateRequest, GenerateResponse
 from corl.rewards import REWARD_MODES, RoundOutcome, grade_round
 from corl.tasks import Example, get_task
+from corl.tracking import Tracking
 
 from .batches import graded_batch_json
 from .grading_pool import GradingPool
@@ -33,7 +34,7 @@ from .metrics import AggregatorMetrics
 from .prompts import PromptSource
 from .settings import AggregatorSettings
 from .state import LearntState
-from .stats import round_stats
+from .stats import round_records, round_stats
 from .store import RoundState, RoundStore
 
 log = logging.getLogger(__name__)
@@ -64,9 +65,11 @@ class RoundDriver:
         metrics: AggregatorMetrics,
         state: LearntState,
         pool: GradingPool | None = None,
+        tracking: Tracking | None = None,
     ):
         self.cfg, self.settings, self.store, self.client = cfg, settings, store, client
         self.source, self.metrics, self.state, self.pool = source, metrics, state, pool
+        self.tracking = tracking or Tracking()
         self.task = get_task(cfg.task.name)
         self.sampling = cfg.sampling()
         self.mode = REWARD_MODES[cfg.reward.mode]
@@ -232,5 +235,6 @@ class RoundDriver:
         m.rounds.labels("ok").inc()
         m.round.set(r + 1)
         m.round_seconds.observe(time.perf_counter() - t0)
+        self.tracking.log(*round_records(stats, alarms))
         log.info("round %d: batches for %s, left out %s", r, sorted(batches), missing)
         return RoundResult(r, "ok", written=sorted(batches), missing=missing, samples=n_samples * len(batches))

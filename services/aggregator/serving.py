@@ -15,6 +15,7 @@ import redis.asyncio as aioredis
 from corl import proto
 from corl.config import CohortConfig
 from corl.services.errors import NotFoundError
+from corl.tracking import Tracking
 
 from .dashboard import build_view, parse_heldout
 from .endpoints import build_endpoint_clients
@@ -40,6 +41,7 @@ class AggregatorServing:
         redis: aioredis.Redis,
         http: httpx.AsyncClient,
         metrics: AggregatorMetrics,
+        tracking: Tracking | None = None,
     ):
         self.cfg, self.settings, self.metrics = cfg, settings, metrics
         self.state = LearntState(cfg.reward, [m.name for m in cfg.members])
@@ -62,7 +64,9 @@ class AggregatorServing:
         # Outside endpoint members: each its own bounds and key (a missing key variable stops the start here).
         self.endpoints = build_endpoint_clients(cfg, http, settings.http, metrics)
         self.client = MemberClient(http, settings.http, cfg.rounds.request_timeout_s, self.endpoints)
-        self.driver = RoundDriver(cfg, settings, self.store, self.client, self.source, metrics, self.state, self.pool)
+        self.driver = RoundDriver(
+            cfg, settings, self.store, self.client, self.source, metrics, self.state, self.pool, tracking
+        )
         self.rewards = RewardServer(cfg, settings.reward_server, self.client, metrics, self.state.weights)
         self._task: asyncio.Task[None] | None = None
 

@@ -9,6 +9,7 @@ from collections.abc import Collection, Mapping, Sequence
 
 from corl.proto import EndpointStats, MemberRoundStats, RoundStats, RunStats
 from corl.rewards import GraderReliability, RoundOutcome
+from corl.tracking import Record
 
 
 def round_stats(
@@ -34,6 +35,18 @@ def round_stats(
         agreement=outcome.agreement,
         cohort_diversity=outcome.cohort_diversity,
     )
+
+
+def round_records(stats: RoundStats, alarms: Mapping[str, bool]) -> list[Record]:
+    """A committed round for experiment trackers, against the round: each member's figures (reward,
+    labelled fraction, distinct answers, label diagnostics, collapse alarm) and the cohort's."""
+    records = []
+    for name, m in stats.members.items():
+        values = {k: float(v) for k, v in m.model_dump(exclude={"batch_written"}).items() if v is not None}
+        values["collapse_alarm"] = float(alarms.get(name, False))
+        records.append(Record(f"{name}/round", "round", stats.round, values))
+    cohort = {"diversity": stats.cohort_diversity, "members_missing": float(len(stats.missing))}
+    return [*records, Record("cohort/round", "round", stats.round, cohort)]
 
 
 def run_stats(

@@ -227,3 +227,17 @@ def test_grafana_is_provisioned_with_the_chart_dashboard() -> None:
     provider = yaml.safe_load((prov / "dashboards" / "corl.yml").read_text())["providers"][0]
     dash_dir = next(src for dst, src in mounts.items() if dst.startswith(provider["options"]["path"]))
     assert (ROOT / dash_dir / "corl.json").is_file()
+
+
+def test_trackers_get_their_keys_from_env_and_a_volume_for_their_files() -> None:
+    cfg = load_config(ROOT / "deploy" / "cohort.compose.yaml")
+    assert cfg.tracking.report_to == [] and cfg.tracking.dir == "/data/tracking"  # off until the user names one
+    env = {**read_env_file(ENV_EXAMPLE), "WANDB_API_KEY": "wandb-key", "MLFLOW_TRACKING_URI": "http://mlflow:5000"}
+    services = load_compose(env)["services"]
+    for name in ("aggregator", *(n for n in services if n.startswith("trainer-"))):
+        svc = services[name]
+        assert svc["environment"]["WANDB_API_KEY"] == "wandb-key", name
+        assert svc["environment"]["MLFLOW_TRACKING_URI"] == "http://mlflow:5000", name
+        assert f"tracking:{cfg.tracking.dir}" in svc["volumes"], f"{name}: nowhere to write event files"
+    assert "tracking" in COMPOSE["volumes"]
+    assert all("WANDB_API_KEY" not in (s.get("environment") or {}) for n, s in services.items() if "model-" in n)

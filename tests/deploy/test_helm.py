@@ -58,7 +58,9 @@ CUSTOM: dict[str, Any] = {
         "rounds": {"prompts_per_round": 8, "samples_per_prompt": 4, "min_quorum": 2},
         "reward": {"mode": "peer_agreement"},
         "training": {"loss_type": "dr_grpo"},
+        "tracking": {"report_to": ["tensorboard", "wandb"], "project": "exp", "wandb": {"mode": "online"}},
     },
+    "tracking": {"secretEnv": {"WANDB_API_KEY": {"name": "wandb", "key": "api-key"}}},
 }
 CASES = {"default": None, "custom": CUSTOM}
 
@@ -151,6 +153,7 @@ def test_values_schema_rejects_unknown_and_bad_values(helm: str, tmp_path: Path)
         {"membrs": []},
         {"members": [{"name": "Bad_Name", "model": "/m"}, {"name": "b", "model": "/m"}]},
         {"members": [{"name": "a", "model": "/m", "backend": "tgi"}, {"name": "b", "model": "/m"}]},
+        {"tracking": {"secretEnv": {"WANDB_API_KEY": {"name": "wandb"}}}},  # no key in the Secret
     ):
         (tmp_path / "v.yaml").write_text(yaml.safe_dump(bad))
         out = subprocess.run(
@@ -360,6 +363,32 @@ def test_an_endpoint_member_gets_no_pods_and_its_key_reaches_only_the_aggregator
         for c in containers(obj):
             has_key = env_of(c).get("OPS_AGENT_KEY") == key
             assert has_key == (obj["metadata"]["labels"]["app.kubernetes.io/component"] == "aggregator")
+
+
+def test_experiment_tracking_reaches_every_reporting_process_and_writes_to_the_data_volume(render: Render) -> None:
+    default = render(None)
+    assert cohort_config(default).tracking.report_to == []  # off by default: the aggregator needs no volume
+    (agg,) = of(default, "Deployment", "aggregator")
+    assert [m["name"] for m in containers(agg)[0]["volumeMounts"]] == ["cohort-config"]
+
+    objs = render(CUSTOM)
+    tracking = cohort_config(objs).tracking
+    assert tracking.report_to == ["tensorboard", "wandb"] and tracking.project == "exp"
+    assert tracking.dir == "/data/tracking"  # on the data volume, where the trackers' files outlive pods
+    key = {"secretKeyRef": {"name": "wandb", "key": "api-key"}}
+    reporting = [*of(objs, "Deployment", "trainer"), *of(objs, "Deployment", "aggregator")]
+    for obj in reporting:
+        (c,) = containers(obj)
+        assert env_of(c)["WANDB_API_KEY"] == key, obj["metadata"]["name"]
+        mounts = {m["name"]: m for m in c["volumeMounts"]}
+        assert mounts["data"]["mountPath"] == "/data" and not mounts["data"].get("readOnly")
+        claims = {v["name"]: v for v in obj["spec"]["template"]["spec"]["volumes"]}
+        assert claims["data"]["persistentVolumeClaim"]["claimName"] == "shared-weights"
+    for sts in of(objs, "StatefulSet", "model"):  # servers report nothing: no key
+        assert "WANDB_API_KEY" not in env_of(containers(sts)[0])
+    own_dir = json.loads(json.dumps(CUSTOM))
+    own_dir["cohort"]["tracking"]["dir"] = "/data/runs/exp-7"
+    assert cohort_config(render(own_dir)).tracking.dir == "/data/runs/exp-7"
 
 
 def test_values_schema_refuses_a_trained_or_served_endpoint_member(helm: str, tmp_path: Path) -> None:

@@ -121,6 +121,9 @@ app.kubernetes.io/part-of: corl
 {{- $_ := set $cfg $section . -}}
 {{- end -}}
 {{- end -}}
+{{- with .Values.cohort.tracking -}}
+{{- $_ := set $cfg "tracking" (merge (dict) . (dict "dir" (printf "%s/tracking" $mount))) -}}
+{{- end -}}
 {{- toYaml $cfg -}}
 {{- end -}}
 
@@ -133,6 +136,17 @@ app.kubernetes.io/part-of: corl
       key: {{ .root.Values.auth.adminTokenKey }}
 - name: OMP_NUM_THREADS
   value: "1"
+{{- end -}}
+
+{{/* The experiment trackers' keys (tracking.secretEnv), for trainers and the aggregator. (dict "root" $) */}}
+{{- define "corl.trackingEnv" -}}
+{{- range $name, $ref := .root.Values.tracking.secretEnv }}
+- name: {{ $name }}
+  valueFrom:
+    secretKeyRef:
+      name: {{ $ref.name }}
+      key: {{ $ref.key }}
+{{- end }}
 {{- end -}}
 
 {{/* The aggregator's environment for outside endpoint members' keys: each api_key_env variable

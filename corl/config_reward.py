@@ -61,17 +61,12 @@ class RewardConfig(_Section):
     reliability: ReliabilityConfig = ReliabilityConfig()
     collapse_fraction: float = Field(default=0.5, gt=0.0, le=1.0)
 
-    @model_validator(mode="after")
-    def _votes_are_read(self) -> RewardConfig:
-        if "votes" in self.model_fields_set and self.votes.samples and not self.reads_votes():
-            raise ValueError(f"reward.votes: mode {self.mode} does not read votes; drop votes or pick a vote mode")
-        return self
-
     def reads_votes(self) -> bool:
         from corl.rewards.modes import REWARD_MODES
 
         return REWARD_MODES[self.mode].votes
 
     def vote_samples(self) -> int:
-        """Vote-only samples a round draws per prompt and member: none for a mode that reads no votes."""
+        """Vote-only samples a round draws per prompt and member: none for a mode that reads no votes
+        (so one ``--set reward.votes...`` serves every mode of an experiment, ground truth included)."""
         return self.votes.samples if self.reads_votes() else 0

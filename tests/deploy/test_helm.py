@@ -147,6 +147,17 @@ def test_strict_validation_rejects_an_unknown_field(render: Render, tmp_path: Pa
     assert out.returncode != 0 and "livenessProbes" in out.stdout + out.stderr
 
 
+def _assert_schema_refuses(helm: str, tmp_path: Path, values: dict) -> None:
+    (tmp_path / "v.yaml").write_text(yaml.safe_dump(values))
+    out = subprocess.run(
+        [helm, "template", "t", str(CHART), "--values", str(tmp_path / "v.yaml")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode != 0 and "schema" in out.stderr, values
+
+
 def test_values_schema_rejects_unknown_and_bad_values(helm: str, tmp_path: Path) -> None:
     bad: dict[str, Any]
     for bad in (
@@ -155,14 +166,7 @@ def test_values_schema_rejects_unknown_and_bad_values(helm: str, tmp_path: Path)
         {"members": [{"name": "a", "model": "/m", "backend": "tgi"}, {"name": "b", "model": "/m"}]},
         {"tracking": {"secretEnv": {"WANDB_API_KEY": {"name": "wandb"}}}},  # no key in the Secret
     ):
-        (tmp_path / "v.yaml").write_text(yaml.safe_dump(bad))
-        out = subprocess.run(
-            [helm, "template", "t", str(CHART), "--values", str(tmp_path / "v.yaml")],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        assert out.returncode != 0 and "schema" in out.stderr, bad
+        _assert_schema_refuses(helm, tmp_path, bad)
 
 
 def test_every_value_is_documented() -> None:
@@ -402,14 +406,7 @@ def test_values_schema_refuses_a_trained_or_served_endpoint_member(helm: str, tm
         {"name": "ops", "endpoint": {**endpoint, "base_url": "https://h/v1?key=x"}},
         {"name": "ops"},
     ):
-        (tmp_path / "v.yaml").write_text(yaml.safe_dump({"members": [served, bad]}))
-        out = subprocess.run(
-            [helm, "template", "t", str(CHART), "--values", str(tmp_path / "v.yaml")],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        assert out.returncode != 0 and "schema" in out.stderr, bad
+        _assert_schema_refuses(helm, tmp_path, {"members": [served, bad]})
 
 
 def test_configmap_passes_unknown_cohort_fields_to_the_loader_which_rejects_them(render: Render) -> None:

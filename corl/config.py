@@ -76,6 +76,17 @@ class EndpointConfig(_Section):
         return SecretStr(value)
 
 
+class MemberVllm(_Section):
+    """vLLM engine options of one member's servers (backend: vllm); the deployment gives each server
+    ``tensor_parallel_size`` GPUs."""
+
+    tensor_parallel_size: int = Field(default=1, ge=1, description="GPUs one server shards the model over.")
+    gpu_memory_utilization: float | None = Field(
+        default=None, gt=0.0, le=1.0, description="Share of each GPU's memory vLLM takes; None: the server's setting."
+    )
+    max_model_len: int | None = Field(default=None, ge=1, description="None: the model config's context length.")
+
+
 class MemberConfig(_Section):
     """A member served by corl model servers (``model`` + ``servers``), or an outside ``endpoint``
     (always frozen: it votes and grades, it never trains)."""
@@ -96,6 +107,13 @@ class MemberConfig(_Section):
         description="Frozen only: this member (e.g. a trained member's starting weights) votes for that trained "
         "member alone, beside its peers and never without them; it supervises no one else.",
     )
+    trainer_processes: int = Field(
+        default=1,
+        ge=1,
+        description="Processes in the member's trainer group (torchrun --nproc-per-node; one device each); "
+        "more than 1 shards the update under training.distributed.strategy.",
+    )
+    vllm: MemberVllm = Field(default_factory=MemberVllm, description="vLLM engine options (backend: vllm).")
 
     @model_validator(mode="before")
     @classmethod
@@ -118,6 +136,14 @@ class MemberConfig(_Section):
         )
         if served:
             raise ValueError(f"member {self.name!r} is an outside endpoint: it takes no {served}")
+        return self
+
+    @model_validator(mode="after")
+    def _scale_fits_role(self) -> MemberConfig:
+        if self.trainer_processes > 1 and self.role != "trained":
+            raise ValueError(f"member {self.name!r} is not trained: trainer_processes must be 1")
+        if self.vllm != MemberVllm() and self.backend != "vllm":
+            raise ValueError(f"member {self.name!r}: vllm options need backend: vllm")
         return self
 
     @property
@@ -210,6 +236,21 @@ class LoraConfig(_Section):
     target_modules: list[str] | Literal["all-linear"] = "all-linear"
 
 
+class DistributedConfig(_Section):
+    """How a member's trainer group (``trainer_processes`` > 1) shares one update, on torch.distributed."""
+
+    strategy: Literal["ddp", "fsdp2"] = Field(
+        default="ddp",
+        description="ddp: every rank holds the whole model, gradients are all-reduced; fsdp2: parameters, "
+        "gradients and optimizer state sharded (torch.distributed.fsdp.fully_shard).",
+    )
+    backend: Literal["auto", "gloo", "nccl"] = Field(default="auto", description="auto: nccl on GPUs, else gloo.")
+    mixed_precision: Literal["none", "bf16", "fp16"] = Field(
+        default="none", description="fsdp2: compute dtype of the sharded parameters (gradients reduced in fp32)."
+    )
+    cpu_offload: bool = Field(default=False, description="fsdp2: keep sharded parameters and optimizer state on CPU.")
+
+
 class TrainingConfig(_Section):
     loss_type: Literal["grpo", "dr_grpo", "dapo", "bnpo"] = "grpo"
     lr: float = Field(default=5e-5, gt=0, description="AdamW learning rate (2e-4 made peer_label collapse here).")
@@ -234,6 +275,7 @@ class TrainingConfig(_Section):
     checkpoint_every: int = Field(default=5, ge=1)
     lora: LoraConfig | None = None
     seed: int = 0
+    distributed: DistributedConfig = DistributedConfig()
 
 
 class CohortConfig(_Section):

@@ -24,6 +24,7 @@ def aggregator(
     from corl.config import ConfigError, load_config
     from corl.config_tracking import TrackerUnavailable
     from corl.services.aggregator import AggregatorSettings, create_app
+    from corl.services.aggregator.server import RoundsHaltingServer
 
     from .logs import setup_logging
 
@@ -36,4 +37,6 @@ def aggregator(
     settings = AggregatorSettings(config=config)
     typer.echo(f"aggregator for run {cfg.run_id!r} ({len(cfg.members)} members) on http://{host}:{port}")
     typer.echo(f"dashboard: http://{host}:{port}/dashboard")
-    uvicorn.run(create_app(settings, config=cfg), host=host, port=port, log_config=None)
+    app = create_app(settings, config=cfg)
+    RoundsHaltingServer(uvicorn.Config(app, host=host, port=port, log_config=None)).run()
+

@@ -77,6 +77,13 @@ class AggregatorServing:
         if run_rounds:
             self._task = asyncio.create_task(self.driver.run_forever(), name="corl-round-driver")
 
+    def halt_rounds(self) -> None:
+        """Start no more rounds (safe from a signal handler): a stopping aggregator drains its open
+        requests before its shutdown, and must not produce rounds meanwhile. A round cut short is not
+        committed; the run's next start produces it again."""
+        if self._task is not None and not self._task.done():
+            self._task.get_loop().call_soon_threadsafe(self._task.cancel)
+
     async def stop(self) -> None:
         await self.rewards.stop()
         if self._task is not None:

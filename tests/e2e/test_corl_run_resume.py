@@ -25,7 +25,7 @@ from corl.trainer.checkpoint import Checkpointer
 
 pytestmark = pytest.mark.slow
 
-ROUNDS, STOP_AT = 6, 3
+ROUNDS, STOP_AT = 8, 3  # back-pressure lets the aggregator run up to 2 rounds ahead of its trainers
 RUN_ID = "embedded"  # the run id of a run started without --config
 
 

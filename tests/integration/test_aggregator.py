@@ -195,6 +195,29 @@ async def test_restart_continues_from_next_round_without_duplicates_or_losses(re
         assert len({b.batch_id for b in batches}) == 6
 
 
+
+async def test_a_stop_signal_halts_the_rounds_before_uvicorn_drains_its_requests(redis_url: str) -> None:
+    import signal
+
+    import uvicorn
+
+    from corl.services.aggregator.server import RoundsHaltingServer
+
+    cfg = make_config(["a", "b"])  # no max_rounds: the driver would go on for ever
+    cohort = FakeCohort.of("a", "b")
+    cohort.slow = {"a": 0.02}
+    async with aggregator(cfg, cohort, redis_url, autostart=True) as (svc, client):
+        while svc.driver.round_state.next_round < 2:
+            await asyncio.sleep(0.01)
+        server = RoundsHaltingServer(uvicorn.Config(client._transport.app))  # type: ignore[attr-defined]
+        server.handle_exit(signal.SIGTERM, None)
+        assert server.should_exit
+        await asyncio.sleep(0.1)  # the cancelled round unwinds
+        halted_at = svc.driver.round_state.next_round
+        await asyncio.sleep(0.5)  # a running driver makes several rounds in this time
+        assert svc.driver.round_state.next_round == halted_at
+        assert (await client.get("/readyz")).status_code in (200, 503)  # requests are still served
+
 async def test_stats_and_metrics(redis_url: str) -> None:
     cfg = make_config(["a", "b", "c"], reward={"mode": "peer_agreement"})
     cohort = FakeCohort(

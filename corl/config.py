@@ -7,84 +7,23 @@ field at once.
 
 from __future__ import annotations
 
-import os
-import re
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
-from corl.proto import EndpointApi, SamplingSettings
+from corl.proto import SamplingSettings
 
 from .config_base import Name, _Section
+from .config_endpoint import EndpointConfig as EndpointConfig  # outside OpenAI-compatible members
 from .config_reward import JudgeConfig as JudgeConfig  # the reward section, re-exported
 from .config_reward import ReliabilityConfig as ReliabilityConfig
 from .config_reward import RewardConfig
 from .config_reward import VoteConfig as VoteConfig
+from .config_scale import DistributedConfig as DistributedConfig  # members larger than one device
+from .config_scale import MemberVllm
 from .config_tracking import TrackingConfig
-
-
-class EndpointConfig(_Section):
-    """An outside OpenAI-compatible server (vLLM, SGLang, llama.cpp, Ollama, TGI, a hosted API) as a
-    member. Its key is read from the environment variable ``api_key_env`` names, never from this file."""
-
-    api: EndpointApi = Field(
-        default="openai-chat",
-        description="openai-chat: POST {base_url}/chat/completions with the task prompt as system + user "
-        "messages; openai-completions: POST {base_url}/completions with the task's plain template.",
-    )
-    base_url: str = Field(
-        # No query string or user info: a key never rides in the URL (URLs are logged, keys never are).
-        pattern=r"^https?://[^\s?#@]+$",
-        description="The API root, e.g. http://127.0.0.1:8000/v1 (no query string, no user:password@).",
-    )
-    model: str = Field(min_length=1, description="The model name the server serves (the request's `model`).")
-    api_key_env: str | None = Field(
-        default=None,
-        description="Name of the environment variable holding the API key (sent as a Bearer token); None: no key.",
-    )
-    max_concurrency: int = Field(default=4, ge=1, description="Requests to this endpoint in flight at once.")
-    timeout_s: float | None = Field(
-        default=None, gt=0, description="Bound on one request, connect to last byte; None: rounds.request_timeout_s."
-    )
-    attempts: int = Field(default=4, ge=1, description="Tries of one request on 429, 5xx and connection errors.")
-    max_retry_wait_s: float = Field(
-        default=30.0, ge=0, description="Longest wait before a retry, Retry-After included (a longer one fails now)."
-    )
-    n: Literal["auto", "yes", "no"] = Field(
-        default="auto",
-        description="Whether one request may ask for n samples: auto: try it once and remember the answer; "
-        "no: one request per sample (seeds differ).",
-    )
-
-    @field_validator("api_key_env")
-    @classmethod
-    def _env_name(cls, v: str | None) -> str | None:
-        if v is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", v):
-            # Said without echoing the value: it may be the key itself, pasted by mistake.
-            raise ValueError("must name an environment variable (letters, digits, _); the key itself never goes here")
-        return v
-
-    def api_key(self) -> SecretStr | None:
-        """The key from the environment; ``KeyError`` naming the variable when it is not set."""
-        if self.api_key_env is None:
-            return None
-        value = os.environ.get(self.api_key_env)
-        if not value:
-            raise KeyError(f"environment variable {self.api_key_env} (an endpoint's api_key_env) is not set")
-        return SecretStr(value)
-
-
-class MemberVllm(_Section):
-    """vLLM engine options of one member's servers (backend: vllm); the deployment gives each server
-    ``tensor_parallel_size`` GPUs."""
-
-    tensor_parallel_size: int = Field(default=1, ge=1, description="GPUs one server shards the model over.")
-    gpu_memory_utilization: float | None = Field(
-        default=None, gt=0.0, le=1.0, description="Share of each GPU's memory vLLM takes; None: the server's setting."
-    )
-    max_model_len: int | None = Field(default=None, ge=1, description="None: the model config's context length.")
 
 
 class MemberConfig(_Section):
@@ -234,21 +173,6 @@ class LoraConfig(_Section):
     r: int = Field(default=8, ge=1)
     alpha: int = Field(default=16, ge=1)
     target_modules: list[str] | Literal["all-linear"] = "all-linear"
-
-
-class DistributedConfig(_Section):
-    """How a member's trainer group (``trainer_processes`` > 1) shares one update, on torch.distributed."""
-
-    strategy: Literal["ddp", "fsdp2"] = Field(
-        default="ddp",
-        description="ddp: every rank holds the whole model, gradients are all-reduced; fsdp2: parameters, "
-        "gradients and optimizer state sharded (torch.distributed.fsdp.fully_shard).",
-    )
-    backend: Literal["auto", "gloo", "nccl"] = Field(default="auto", description="auto: nccl on GPUs, else gloo.")
-    mixed_precision: Literal["none", "bf16", "fp16"] = Field(
-        default="none", description="fsdp2: compute dtype of the sharded parameters (gradients reduced in fp32)."
-    )
-    cpu_offload: bool = Field(default=False, description="fsdp2: keep sharded parameters and optimizer state on CPU.")
 
 
 class TrainingConfig(_Section):

@@ -2,7 +2,8 @@
 
 A checkpoint is written to a temporary folder, fsynced, then renamed to ``step-00000012``: a folder
 with that name is always complete. The newest one is the resume point; older ones beyond ``keep``
-are removed after the rename.
+are removed after the rename. A trainer group's checkpoint holds torch.distributed.checkpoint shards
+(model and optimizer, each rank writing its own) instead of ``save_pretrained`` + ``optimizer.pt``.
 """
 
 from __future__ import annotations
@@ -13,15 +14,20 @@ import os
 import shutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from .publish import _fsync_dir, _fsync_tree
 
+if TYPE_CHECKING:
+    from .sharding import Sharding
+
 log = logging.getLogger(__name__)
 
 STATE = "trainer_state.json"
 OPTIMIZER = "optimizer.pt"
+SHARDED_METADATA = ".metadata"  # torch.distributed.checkpoint's index of the shards
 
 
 @dataclass
@@ -54,6 +60,30 @@ class Checkpointer:
         torch.save(optimizer.state_dict(), tmp / OPTIMIZER)
         (tmp / STATE).write_text(json.dumps(asdict(state)))
         _fsync_tree(tmp)
+        return self._commit(tmp, final, state)
+
+    def save_sharded(self, model: Any, optimizer: torch.optim.Optimizer, state: TrainerState, group: Sharding) -> Path:
+        """A trainer group's checkpoint (every rank calls it): each rank writes its shards of the model
+        and optimizer with torch.distributed.checkpoint; the leader adds the state and renames."""
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict import get_state_dict
+
+        final = self.dir / f"step-{state.step:08d}"
+        tmp = self.dir / f".tmp-{final.name}"  # one folder for the whole group: no pid in its name
+        if group.leader:
+            shutil.rmtree(tmp, ignore_errors=True)
+        group.barrier()
+        model_sd, optim_sd = get_state_dict(model, optimizer)
+        # Returns on the leader once every rank's shards are written and fsynced and the index is out.
+        dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=tmp)
+        if not group.leader:
+            return final
+        (tmp / STATE).write_text(json.dumps(asdict(state)))
+        _fsync_tree(tmp)
+        return self._commit(tmp, final, state)
+
+    def _commit(self, tmp: Path, final: Path, state: TrainerState) -> Path:
+        """Rename the written folder into place (atomically), then prune the oldest."""
         if final.exists():  # same step saved again (e.g. on shutdown): replace it
             trash = self.dir / f".old-{final.name}-{os.getpid()}"
             os.rename(final, trash)
@@ -74,3 +104,18 @@ class Checkpointer:
     @staticmethod
     def load_optimizer(path: Path, optimizer: torch.optim.Optimizer) -> None:
         optimizer.load_state_dict(torch.load(path / OPTIMIZER, map_location="cpu", weights_only=True))
+
+
+def is_sharded_checkpoint(path: Path) -> bool:
+    return (path / SHARDED_METADATA).exists()
+
+
+def load_sharded(path: Path, model: Any, optimizer: torch.optim.Optimizer) -> None:
+    """Every rank of a group loads its shards of a group checkpoint into ``model`` and ``optimizer``."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+    model_sd, optim_sd = get_state_dict(model, optimizer)
+    loaded = {"model": model_sd, "optim": optim_sd}
+    dcp.load(loaded, checkpoint_id=path)
+    set_state_dict(model, optimizer, model_state_dict=loaded["model"], optim_state_dict=loaded["optim"])

@@ -29,10 +29,12 @@ from corl.tracking import Record, Tracking, build_tracking
 
 from .batches import BatchStream, Entry
 from .checkpoint import Checkpointer, TrainerState
+from .group import GroupLeader, build_policy
 from .metrics import TrainerMetrics
-from .policy import PolicyTrainer, StepStats, resolve_device
+from .policy import PolicyTrainer, StepStats
 from .publish import Published, ReplicaPusher, WeightsStore
 from .settings import TrainerSettings
+from .sharding import Sharding
 from .staleness import Renumbering, version_lag
 
 log = logging.getLogger(__name__)
@@ -51,8 +53,10 @@ class Trainer:
         http: httpx.Client | None = None,
         metrics: TrainerMetrics | None = None,
         tracking: Tracking | None = None,
+        sharding: Sharding | None = None,
     ):
-        self.cfg, self.member = cfg, member
+        """``sharding``: this is rank 0 of the member's trainer group (the other ranks ``follow``)."""
+        self.cfg, self.member, self.sharding = cfg, member, sharding
         self.settings = settings or TrainerSettings()
         mcfg = cfg.member(member)
         if mcfg.role != "trained":
@@ -78,7 +82,7 @@ class Trainer:
         self._stop = False
         self._metrics_server: Any = None
         # Filled by setup():
-        self.policy: PolicyTrainer
+        self.policy: PolicyTrainer | GroupLeader
         self.state = TrainerState()
         self._applied: deque[str] = deque(maxlen=self.settings.applied_ids_kept)
         self._applied_set: set[str] = set()
@@ -94,10 +98,9 @@ class Trainer:
         if self.settings.threads:
             torch.set_num_threads(self.settings.threads)
         ckpt = self.checkpointer.latest()
-        self.policy = PolicyTrainer(self.cfg, self.member, resolve_device(self.settings.device), resume_from=ckpt)
+        self.policy = build_policy(self.cfg, self.member, self.settings, ckpt, self.sharding)
         if ckpt is not None:
             self.state = self.checkpointer.load_state(ckpt)
-            self.checkpointer.load_optimizer(ckpt, self.policy.optimizer)
             for bid in self.state.applied:
                 self._remember(bid)
             log.info(
@@ -139,6 +142,8 @@ class Trainer:
         signal.signal(signal.SIGINT, self.request_stop)
 
     def close(self) -> None:
+        if hasattr(self, "policy"):
+            self.policy.close()  # a group's followers stop with their leader
         self.tracking.close()
         if self._metrics_server is not None:
             self._metrics_server.shutdown()
@@ -248,7 +253,7 @@ class Trainer:
     def checkpoint(self) -> None:
         """Write a durable checkpoint, then acknowledge every entry whose step it contains."""
         self.state.applied = list(self._applied)
-        self.checkpointer.save(self.policy.model, self.policy.optimizer, self.state)
+        self.policy.save_checkpoint(self.checkpointer, self.state)
         self._labels(self.metrics.checkpoints).inc()
         entries = [e for e, _ in self._uncommitted]
         applied = [b for _, b in self._uncommitted if b]
@@ -257,7 +262,8 @@ class Trainer:
 
     def publish(self) -> Published:
         version = max(self.state.weight_version, self.store.latest_version(), self.stream.published_version()) + 1
-        pub = self.store.save(self.policy.model, self.policy.tokenizer, version, self.policy.format)  # type: ignore[arg-type]
+        pub = self.policy.save_weights(self.store, version)
+        assert pub is not None  # written here (a group's leader is the one rank that writes)
         self.stream.record_version(version)
         self.state.weight_version = version
         self.latest = pub
@@ -279,6 +285,7 @@ class Trainer:
 
     def _on_idle(self) -> None:
         self.flush()
+        self.policy.keepalive()
         now = time.monotonic()
         if now - self._last_claim > self.settings.claim_every_s:
             self.stream.claim_dead(self.settings.claim_idle_ms)

@@ -144,18 +144,24 @@ def shares_prompts(model: torch.nn.Module) -> bool:
 
 
 def _shared_prompt_logits(
-    model: PreTrainedModel | torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, response_len: int
+    model: PreTrainedModel | torch.nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    response_len: int,
+    same_passes: bool = False,
 ) -> torch.Tensor | None:
     """The logits (B, T, V) that predict the last ``response_len`` tokens, each distinct prompt run
     once: its forward fills a key/value cache (with gradients), the cache is indexed out to the rows
     that share the prompt, and the responses run on it. The same numbers as one forward over every
     row (``tests/unit/test_shared_prompt.py``) for a fraction of the cost: a group of 8 samples of a
     160-token prompt with 24-token answers is 184 tokens per row in one forward, 45 in this one.
-    ``None`` when no two rows share a prompt or the model cannot (``shares_prompts``)."""
+    ``None`` when no two rows share a prompt or the model cannot (``shares_prompts``); with
+    ``same_passes``, the two passes whenever the model can, whatever the rows: a sharded model's
+    forward passes are collectives, and every rank of its group must make as many."""
     p = input_ids.size(1) - response_len
     prompt = torch.cat([input_ids[:, :p], attention_mask[:, :p].to(input_ids.dtype)], dim=1)
     distinct, which = torch.unique(prompt, dim=0, return_inverse=True)
-    if p == 0 or distinct.size(0) == input_ids.size(0) or not shares_prompts(model):
+    if p == 0 or not shares_prompts(model) or (distinct.size(0) == input_ids.size(0) and not same_passes):
         return None
     first = [which.tolist().index(r) for r in range(distinct.size(0))]  # one row per distinct prompt
     base = _base(model)
@@ -185,6 +191,7 @@ def response_logps(
     temperature: float = 1.0,
     top_p: float = 1.0,
     with_entropy: bool = True,
+    same_passes: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-probs (B, T) of the last ``response_len`` tokens of ``input_ids`` and their entropies,
     under the distribution they were sampled from: logits divided by ``temperature``, then
@@ -192,7 +199,7 @@ def response_logps(
     Position ids follow the attention mask (left-padded prompts), as ``generate`` computes them.
     Rows that share a prompt (a group's samples) share its forward pass: ``_shared_prompt_logits``.
     """
-    logits = _shared_prompt_logits(model, input_ids, attention_mask, response_len)
+    logits = _shared_prompt_logits(model, input_ids, attention_mask, response_len, same_passes)
     if logits is None:
         kwargs: dict[str, Any] = {"input_ids": input_ids, "attention_mask": attention_mask}
         if accepts_position_ids(model):

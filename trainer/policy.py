@@ -4,6 +4,7 @@ Redis, no HTTP: the loop feeds it batches; benchmarks and tests drive it directl
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,8 +16,11 @@ from corl.config import CohortConfig
 from corl.proto import GradedBatch, SamplingSettings
 
 from .advantages import group_advantages
+from .checkpoint import Checkpointer, TrainerState, is_sharded_checkpoint, load_sharded
 from .collate import pack
 from .losses import policy_loss, response_logps
+from .publish import Published, WeightsStore
+from .sharding import LocalChunk, Sharding, default_micro_batch, split_chunks
 
 
 @dataclass(frozen=True)
@@ -76,13 +80,28 @@ def enable_gradient_checkpointing(model: Any) -> None:
 class PolicyTrainer:
     """The model, optimizer and one GRPO-family update on a graded batch; no Redis, no HTTP."""
 
-    def __init__(self, cfg: CohortConfig, member: str, device: torch.device, resume_from: Path | None = None):
+    def __init__(
+        self,
+        cfg: CohortConfig,
+        member: str,
+        device: torch.device,
+        resume_from: Path | None = None,
+        sharding: Sharding | None = None,
+    ):
+        """``resume_from``: a checkpoint folder; ``sharding``: this process is one rank of the member's
+        trainer group (``trainer/sharding.py``), and its checkpoints are torch.distributed ones."""
         from transformers import AutoModelForCausalLM, AutoTokenizer
         from trl.trainer.utils import disable_dropout_in_model
 
         from . import lora
 
-        self.cfg, self.train_cfg, self.device = cfg, cfg.training, device
+        self.cfg, self.train_cfg, self.device, self.sharding = cfg, cfg.training, device, sharding
+        if resume_from is not None and is_sharded_checkpoint(resume_from) != (sharding is not None):
+            writer, reader = ("a trainer group", "one process") if sharding is None else ("one process", "a group")
+            raise ValueError(
+                f"checkpoint {resume_from} was written by {writer}, and this trainer is {reader}: "
+                "resume with the member's trainer_processes as it was"
+            )
         src = cfg.member(member).model_path()
         torch.manual_seed(cfg.training.seed)
         self.tokenizer = AutoTokenizer.from_pretrained(src)
@@ -90,33 +109,86 @@ class PolicyTrainer:
             self.tokenizer.pad_token = self.tokenizer.eos_token
         self.pad_id = int(self.tokenizer.pad_token_id)
         self.format = "lora" if cfg.training.lora else "full"
+        hf_resume = None if sharding else resume_from  # a group loads its sharded checkpoint below
         if cfg.training.lora:
             base = AutoModelForCausalLM.from_pretrained(src, dtype=torch.float32)
-            model = lora.wrap(base, cfg.training.lora, resume_from)
+            model = lora.wrap(base, cfg.training.lora, hf_resume)
         else:
-            model = AutoModelForCausalLM.from_pretrained(str(resume_from or src), dtype=torch.float32)
+            model = AutoModelForCausalLM.from_pretrained(str(hf_resume or src), dtype=torch.float32)
         disable_dropout_in_model(model)  # dropout would make the ratio to the sampling policy != 1 on-policy
         if cfg.training.gradient_checkpointing:
             enable_gradient_checkpointing(model)
         self.model = model.to(device)
         self.model.train()
+        # What the forward passes of the update go through: the model, or its DDP / FSDP2 form.
+        self.forward_model = sharding.wrap(self.model, device) if sharding else self.model
         self.ref_model: Any = None
         if cfg.training.beta > 0 and not lora.is_peft(self.model):
             ref: Any = AutoModelForCausalLM.from_pretrained(src, dtype=torch.float32)
-            self.ref_model = ref.to(device).eval().requires_grad_(False)
+            ref = ref.to(device).eval().requires_grad_(False)
+            self.ref_model = sharding.shard_frozen(ref) if sharding else ref
         params = [p for p in self.model.parameters() if p.requires_grad]
         self.params = params
         self.optimizer = torch.optim.AdamW(
             params, lr=cfg.lr(member), betas=cfg.training.betas, weight_decay=cfg.training.weight_decay
         )
+        if sharding and resume_from is not None:
+            load_sharded(resume_from, self.model, self.optimizer)
+
+    # -- weights out: the same calls on every rank of a group (some are collectives) -------------------
+
+    def save_weights(self, store: WeightsStore | None, version: int) -> Published | None:
+        """Publish the weights (or adapter) as ``version``; in a group the leader writes them, whole."""
+        if self.sharding is None:
+            assert store is not None
+            return store.save(self.model, self.tokenizer, version, self.format)  # type: ignore[arg-type]
+        full = self.sharding.full_state_dict(self.model)
+        if store is None or full is None:
+            return None
+        return store.save(self.model, self.tokenizer, version, self.format, state_dict=full)  # type: ignore[arg-type]
+
+    def save_checkpoint(self, checkpointer: Checkpointer, state: TrainerState) -> Path:
+        if self.sharding is None:
+            return checkpointer.save(self.model, self.optimizer, state)
+        return checkpointer.save_sharded(self.model, self.optimizer, state, self.sharding)
+
+    def keepalive(self) -> None:
+        """Nothing to keep alive in one process (a group's leader tells its followers it is there)."""
+
+    def close(self) -> None:
+        """Nothing to release in one process (a group leaves its process group)."""
 
     def _ref_logps(self, input_ids: torch.Tensor, attn: torch.Tensor, t: int, sp: SamplingSettings) -> torch.Tensor:
-        kw = {"temperature": sp.temperature, "top_p": sp.top_p, "with_entropy": False}
+        kw = {
+            "temperature": sp.temperature,
+            "top_p": sp.top_p,
+            "with_entropy": False,
+            "same_passes": bool(self.sharding),
+        }
         with torch.no_grad():
             if self.ref_model is not None:
                 return response_logps(self.ref_model, input_ids, attn, t, **kw)[0]  # type: ignore[arg-type]
             with self.model.disable_adapter():  # LoRA: the base weights are the reference
                 return response_logps(self.model, input_ids, attn, t, **kw)[0]  # type: ignore[arg-type]
+
+    def _micro_batch_size(self, rows: int) -> int:
+        size = self.train_cfg.micro_batch_size
+        return size or (default_micro_batch(rows, self.sharding.world) if self.sharding else rows)
+
+    def _local_chunks(self, chunks: list[tuple[slice, int]]) -> list[LocalChunk]:
+        """This process's micro-batches: all of them, or in a group its rank's share (``split_chunks``)."""
+        if self.sharding is None:
+            return [LocalChunk(sl, length, 1.0) for sl, length in chunks]
+        return split_chunks(chunks, self.sharding.rank, self.sharding.world)
+
+    def _gradient_sync(self, last: bool):  # type: ignore[no-untyped-def]
+        """In a group, gradients are reduced over the ranks on the step's last backward only."""
+        return self.sharding.gradient_sync(self.forward_model, last) if self.sharding else contextlib.nullcontext()
+
+    def _clip_grad_norm(self, max_norm: float) -> float:
+        if self.sharding:
+            return self.sharding.clip_grad_norm(self.params, max_norm)
+        return float(torch.nn.utils.clip_grad_norm_(self.params, max_norm))
 
     def step(self, batch: GradedBatch) -> StepStats:
         """One update (``steps_per_batch`` optimizer steps) on ``batch``."""
@@ -139,46 +211,55 @@ class PolicyTrainer:
         ids, attn = packed.input_ids.to(self.device), packed.attention_mask.to(self.device)
         mask, old = packed.response_mask.to(self.device), packed.old_logps.to(self.device)
         n, t = ids.size(0), packed.response_len
-        ref = self._ref_logps(ids, attn, t, sp) if tc.beta > 0 else None
-        chunks = _micro_batches(mask, tc.micro_batch_size or n)
+        every_chunk = _micro_batches(mask, self._micro_batch_size(n))
+        chunks = self._local_chunks(every_chunk)
+        # Reference log-probs chunk by chunk, each cut to its own longest answer like the update's.
+        refs = [self._ref_logps(*_cut(ids, attn, t, c), c.length, sp) for c in chunks] if tc.beta > 0 else None
         total_tokens = float(mask.sum())
+        world = self.sharding.world if self.sharding else 1
         stats: dict[str, float] = {}
-        grad_norm = torch.tensor(0.0)
+        grad_norm = 0.0
         for _ in range(tc.steps_per_batch):
             self.optimizer.zero_grad(set_to_none=True)
             acc = {"loss": 0.0, "clip": 0.0, "kl": 0.0, "ref_kl": 0.0, "ent": 0.0}
-            for sl, length in chunks:
-                cut = ids.size(1) - t + length  # trailing columns are padding in every row of the chunk
-                logps, ent = response_logps(
-                    self.model, ids[sl, :cut], attn[sl, :cut], length, temperature=sp.temperature, top_p=sp.top_p
-                )
-                out = policy_loss(
-                    logps,
-                    old[sl, :length],
-                    advantages[sl],
-                    mask[sl, :length],
-                    loss_type=tc.loss_type,
-                    epsilon_low=tc.epsilon,
-                    epsilon_high=tc.epsilon_high,
-                    beta=tc.beta,
-                    ref_logps=None if ref is None else ref[sl, :length],
-                    max_completion_length=sp.max_tokens,
-                    num_items_in_batch=total_tokens,
-                )
-                # Scale each micro-batch so their sum is the whole-batch loss of this loss type.
-                share = (sl.stop - sl.start) / n
-                scale = 1.0 if tc.loss_type == "dapo" else (1 / len(chunks) if tc.loss_type == "bnpo" else share)
-                (out.loss * scale).backward()
-                tok_share = float(mask[sl].sum()) / max(total_tokens, 1.0)
+            for i, c in enumerate(chunks):
+                sl, length = c.rows, c.length
+                with self._gradient_sync(last=i == len(chunks) - 1):
+                    logps, ent = response_logps(
+                        self.forward_model,
+                        *_cut(ids, attn, t, c),
+                        length,
+                        temperature=sp.temperature,
+                        top_p=sp.top_p,
+                        same_passes=self.sharding is not None,
+                    )
+                    out = policy_loss(
+                        logps,
+                        old[sl, :length],
+                        advantages[sl],
+                        mask[sl, :length],
+                        loss_type=tc.loss_type,
+                        epsilon_low=tc.epsilon,
+                        epsilon_high=tc.epsilon_high,
+                        beta=tc.beta,
+                        ref_logps=None if refs is None else refs[i],
+                        max_completion_length=sp.max_tokens,
+                        num_items_in_batch=total_tokens,
+                    )
+                    # Scale each micro-batch so their sum is the whole-batch loss of this loss type; a
+                    # group's ranks average their gradients, so each multiplies its sum by the group size.
+                    scale = c.weight * _chunk_scale(tc.loss_type, (sl.stop - sl.start) / n, len(every_chunk))
+                    (out.loss * scale * world).backward()
+                tok_share = float(mask[sl].sum()) / max(total_tokens, 1.0) * c.weight
                 acc["loss"] += float(out.loss.detach()) * scale
                 acc["clip"] += out.clip_fraction * tok_share
                 acc["kl"] += out.approx_kl * tok_share
                 acc["ref_kl"] += (out.ref_kl or 0.0) * tok_share
                 assert ent is not None
-                acc["ent"] += float((ent * mask[sl, :length]).sum()) / max(total_tokens, 1.0)
-            grad_norm = torch.nn.utils.clip_grad_norm_(self.params, tc.grad_clip)
+                acc["ent"] += float((ent * mask[sl, :length]).sum()) / max(total_tokens, 1.0) * c.weight
+            grad_norm = self._clip_grad_norm(tc.grad_clip)
             self.optimizer.step()
-            stats = acc
+            stats = self.sharding.sum(acc) if self.sharding else acc
         seconds = time.perf_counter() - t0
         return StepStats(
             loss=stats["loss"],
@@ -188,12 +269,25 @@ class PolicyTrainer:
             approx_kl=stats["kl"],
             ref_kl=stats["ref_kl"] if tc.beta > 0 else None,
             entropy=stats["ent"],
-            grad_norm=float(grad_norm),
+            grad_norm=grad_norm,
             seconds=seconds,
             tokens=packed.tokens * tc.steps_per_batch,
             sequences=n,
             groups_skipped=adv.skipped_groups,
         )
+
+
+def _chunk_scale(loss_type: str, share: float, chunks: int) -> float:
+    """What a micro-batch's loss is multiplied by so the micro-batches sum to the whole batch's loss:
+    its share of the rows (grpo, dr_grpo: per-row means); 1 (dapo: already over the whole batch's
+    tokens); 1/chunks (bnpo: per micro-batch, as TRL normalises per device batch)."""
+    return 1.0 if loss_type == "dapo" else (1 / chunks if loss_type == "bnpo" else share)
+
+
+def _cut(ids: torch.Tensor, attn: torch.Tensor, t: int, c: LocalChunk) -> tuple[torch.Tensor, torch.Tensor]:
+    """The chunk's rows, without the trailing columns that are padding in every one of them."""
+    cut = ids.size(1) - t + c.length
+    return ids[c.rows, :cut], attn[c.rows, :cut]
 
 
 def _micro_batches(response_mask: torch.Tensor, size: int) -> list[tuple[slice, int]]:

@@ -65,14 +65,15 @@ class WeightsStore:
         path = self._path(version)
         return Published(version, path, (path / "SHA256").read_text().strip(), fmt)
 
-    def save(self, model, tokenizer, version: int, fmt: WeightFormat) -> Published:  # type: ignore[no-untyped-def]
-        """Write ``model`` (a PreTrainedModel or PeftModel) as ``version``; atomic."""
+    def save(self, model, tokenizer, version: int, fmt: WeightFormat, state_dict=None) -> Published:  # type: ignore[no-untyped-def]
+        """Write ``model`` (a PreTrainedModel or PeftModel) as ``version``; atomic. ``state_dict``: its
+        weights gathered whole (a sharded model's own tensors are only this rank's shards)."""
         final = self._path(version)
         if final.exists():
             raise FileExistsError(f"weight version {version} already exists in {self.dir}: versions are never reused")
         tmp = self.dir / f".tmp-{final.name}-{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
-        model.save_pretrained(tmp, safe_serialization=True)
+        model.save_pretrained(tmp, safe_serialization=True, state_dict=state_dict)
         if fmt == "full" and tokenizer is not None:
             tokenizer.save_pretrained(tmp)
         sha = digest(tmp)

@@ -35,6 +35,9 @@ class TrainerSettings(BaseSettings):
     http_timeout_s: float = Field(default=60.0, gt=0, description="Per request to a model server.")
     publish_attempts: int = Field(default=4, ge=1)
     keep_checkpoints: int = Field(default=2, ge=1)
+    group_timeout_s: float = Field(
+        default=1800.0, gt=0, description="A trainer group's collectives wait this long for a rank before failing."
+    )
     applied_ids_kept: int = Field(default=100_000, ge=100, description="Applied batch ids kept in checkpoints.")
 
     def consumer_name(self, member: str) -> str:

@@ -31,6 +31,7 @@ def train(
     from rich.console import Console
 
     from corl.config import ConfigError, load_config
+    from corl.trainer.group import run_follower
     from corl.trainer.loop import Trainer
     from corl.trainer.settings import TrainerSettings
 
@@ -45,7 +46,12 @@ def train(
     if metrics_port is not None:
         settings = settings.model_copy(update={"metrics_port": metrics_port})
     try:
-        trainer = Trainer(cfg, member, settings)
+        sharding = _group(cfg, member, settings)
+        if sharding is not None and not sharding.leader:
+            steps = run_follower(cfg, member, settings, sharding)
+            console.print(f"{member}: rank {sharding.rank} followed {steps} steps")
+            return
+        trainer = Trainer(cfg, member, settings, sharding=sharding)
     except ValueError as err:
         console.print(f"[red]{err}[/red]")
         raise typer.Exit(2) from None
@@ -56,3 +62,15 @@ def train(
     finally:
         trainer.close()
     console.print(f"{member}: step {state.step}, weight version {state.weight_version}")
+
+
+def _group(cfg, member: str, settings):  # type: ignore[no-untyped-def]
+    """This process's place in the member's trainer group when torchrun started it, else None."""
+    from corl.trainer.group import check_group_size
+    from corl.trainer.sharding import Sharding, launched_world_size
+
+    world = launched_world_size()
+    if world == 1 and cfg.member(member).trainer_processes == 1:
+        return None
+    check_group_size(cfg, member, world)
+    return Sharding(cfg.training.distributed, timeout_s=settings.group_timeout_s)

@@ -179,3 +179,11 @@ def exit_on_sigterm() -> None:
 def corl_command(*args: str) -> list[str]:
     """The ``corl`` CLI of this interpreter, independent of PATH."""
     return [sys.executable, "-m", "corl", *args]
+
+
+def trainer_group_command(processes: int, *args: str) -> list[str]:
+    """``corl ARGS`` as a trainer group of ``processes`` ranks on this machine, under torchrun: one
+    rank that exits abnormally stops the others and the group exits non-zero (``--max-restarts 0``:
+    the run's restart policy starts the group again, from its newest checkpoint)."""
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1"]
+    return [*launcher, "--nproc-per-node", str(processes), "--max-restarts", "0", "-m", "corl", *args]

@@ -76,7 +76,7 @@ def thread_env(cfg: CohortConfig, variable: str, trainers: bool = True) -> dict[
     pools (a 2-core round of the smol cohort took minutes instead of seconds). User-set variables win."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     processes = sum(len(m.servers) for m in cfg.members)
-    processes += sum(m.role == "trained" for m in cfg.members) if trainers else 0
+    processes += sum(m.trainer_processes for m in cfg.members if m.role == "trained") if trainers else 0
     n = str(max(1, cores // max(1, processes)))
     return {k: os.environ.get(k, n) for k in (variable, "OMP_NUM_THREADS")}
 
@@ -133,11 +133,10 @@ def start_services(
     for m in cfg.members:
         if m.role == "trained":
             metrics_port = free_port()
+            args = ("train", "--config", str(config_path), "--member", m.name, "--metrics-port", str(metrics_port))
             group.start(
                 f"trainer-{m.name}",
-                corl_command(
-                    "train", "--config", str(config_path), "--member", m.name, "--metrics-port", str(metrics_port)
-                ),
+                trainer_group_command(m.trainer_processes, *args) if m.trainer_processes > 1 else corl_command(*args),
                 health_url=f"http://127.0.0.1:{metrics_port}/metrics",  # served once the trainer is ready
                 env=thread_env(cfg, "CORL_TRAINER_THREADS"),
             )

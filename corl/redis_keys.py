@@ -97,8 +97,9 @@ def graders_seen(run: str) -> str:
 
 
 def heldout_accuracy(run: str) -> str:
-    """Latest held-out accuracy per member, as the run's evaluator measured it (hash member -> JSON
-    ``{accuracy, weight_version, at}``; TTL): what the dashboard shows."""
+    """Latest held-out accuracy per member, as the run's evaluator (``corl serve evaluator``, or ``corl
+    run``'s monitor) measured it: hash member -> ``HeldoutAccuracy`` JSON ``{accuracy, weight_version,
+    at}``, with a TTL. The aggregator's stats and dashboard read it."""
     return _k(run, "eval", "heldout")
 
 

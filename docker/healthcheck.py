@@ -1,9 +1,9 @@
 """Container health check: GET $HEALTHCHECK_URL, healthy on a 2xx answer.
 
 One image serves every role, so the URL comes from the environment (model server :8000/healthz,
-aggregator :8100/healthz, trainer metrics port). An empty URL means "no HTTP endpoint" (one-shot
-jobs) and always reports healthy. Standard library only: it runs before anything else is known
-to work.
+aggregator :8100/healthz, evaluator :8200/healthz, trainer metrics port). An empty URL means "no
+HTTP endpoint" (one-shot jobs) and always reports healthy. Standard library only: it runs before
+anything else is known to work.
 """
 
 from __future__ import annotations

@@ -37,6 +37,7 @@ from .grading import (
     RoundStats,
     RunStats,
 )
+from .heldout import HeldoutAccuracy, HeldoutReadings
 from .info import HealthResponse, InfoResponse, ReadyResponse
 from .modes import RewardModeName
 from .openai import (
@@ -81,6 +82,8 @@ __all__ = [
     "GradedBatch",
     "GradedSample",
     "HealthResponse",
+    "HeldoutAccuracy",
+    "HeldoutReadings",
     "InfoResponse",
     "PromptFormat",
     "PromptGroup",

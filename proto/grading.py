@@ -13,6 +13,7 @@ from pydantic import ConfigDict, Field, model_validator
 from ._base import WireModel, WireRequest
 from .endpoints import EndpointStats
 from .grade import GradeMode, Score
+from .heldout import HeldoutAccuracy
 
 GraderName = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9_-]{0,39}$")]
 
@@ -142,4 +143,9 @@ class RunStats(WireModel):
     collapse: list[str] = Field(description="Members whose collapse alarm is raised.")
     endpoints: dict[str, EndpointStats] = Field(
         default_factory=dict, description="Outside endpoint members: requests, tokens, latency, verdict sources."
+    )
+    heldout: dict[str, HeldoutAccuracy] = Field(
+        default_factory=dict,
+        description="Latest held-out accuracy per member, as the run's evaluator read it through the member's "
+        "server (absent: not read yet; outside endpoints are not read).",
     )

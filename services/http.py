@@ -7,18 +7,19 @@ from __future__ import annotations
 import hmac
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Annotated, Any
 
-from fastapi import Depends, FastAPI, Request
+from fastapi import APIRouter, Depends, FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from corl.prometheus import MetricSet
-from corl.proto import ErrorDetail, ErrorResponse, ErrorType
+from corl.proto import ErrorDetail, ErrorResponse, ErrorType, HealthResponse
 
 from .errors import ServiceError, UnauthorizedError
 
@@ -133,6 +134,30 @@ def check_admin(token: str, admin_token: str | None) -> None:
 async def require_admin(request: Request, credentials: Annotated[Credentials, Depends(admin_bearer)]) -> None:
     """Route dependency: the app's ``state.admin_token`` must be presented."""
     check_admin(bearer_token(credentials), request.app.state.admin_token)
+
+
+# --- operational routes ------------------------------------------------------------------------
+
+
+def operational_routes(get_serving: Callable[[Request], Awaitable[Any]]) -> APIRouter:
+    """``/healthz`` (the process answers), ``/readyz`` (503 until ``get_serving`` finds the serving layer
+    built) and ``/metrics`` (that layer's ``metrics.registry``), for a service whose readiness is its
+    serving layer (the aggregator, the evaluator)."""
+    router = APIRouter()
+
+    @router.get("/healthz")
+    async def healthz() -> HealthResponse:
+        return HealthResponse()
+
+    @router.get("/readyz", responses=error_responses(503), dependencies=[Depends(get_serving)])
+    async def readyz() -> HealthResponse:
+        return HealthResponse()
+
+    @router.get("/metrics", response_class=Response, responses=error_responses(503))
+    async def metrics(serving: Any = Depends(get_serving)) -> Response:
+        return Response(generate_latest(serving.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    return router
 
 
 # --- middleware --------------------------------------------------------------------------------

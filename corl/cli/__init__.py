@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import typer
 
-from . import cohort, data, evaluate, experiment, proto, run, serve, serve_aggregator, train
+from . import cohort, data, evaluate, experiment, proto, run, serve, serve_aggregator, serve_evaluator, train
 
 app = typer.Typer(help="Peer-rewarded cohort training.", no_args_is_help=True, add_completion=False)
 app.add_typer(cohort.app, name="cohort", help="Build and inspect cohorts.")
 serve.app.command("aggregator", help="Run the reward aggregator of a run.")(serve_aggregator.aggregator)
-app.add_typer(serve.app, name="serve", help="Run a service (model server, aggregator).")
+serve.app.command("evaluator", help="Read a run's held-out accuracy through its servers.")(serve_evaluator.evaluator)
+app.add_typer(serve.app, name="serve", help="Run a service (model server, aggregator, evaluator).")
 app.add_typer(proto.app, name="proto", help="The wire contract's exported schemas.")
 app.command("eval", help="Evaluate every member of a cohort on the task's held-out split.")(evaluate.eval_cohort)
 app.command("data", help="Show what the config's task source yields (splits, sample problems).")(data.show_data)

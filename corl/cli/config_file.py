@@ -10,6 +10,19 @@ from rich.console import Console
 from corl.config import CohortConfig, ConfigError, load_config
 
 
+def service_config(path: Path) -> CohortConfig:
+    """The cohort config a service (``corl serve aggregator|evaluator``) starts from, its trackers checked
+    usable (library installed, server or key set); a bad one is an error of ``--config``."""
+    from corl.config_tracking import TrackerUnavailable
+
+    try:
+        cfg = load_config(path)
+        cfg.tracking.check_usable()
+    except (ConfigError, TrackerUnavailable) as err:
+        raise typer.BadParameter(str(err), param_hint="--config") from None
+    return cfg
+
+
 def read_config(path: Path, console: Console) -> CohortConfig:
     """The cohort config at ``path``; a bad or missing config is printed and exits with status 2."""
     try:

@@ -1,5 +1,5 @@
 """``corl proto export [--check]``: write the contract's JSON Schemas and the OpenAPI documents of
-the model server and the aggregator into ``proto/``, generated from the one pydantic definition
+the model server, the aggregator and the evaluator into ``proto/``, generated from the one pydantic definition
 (``corl.proto``) and the apps that serve it."""
 
 from __future__ import annotations
@@ -30,6 +30,8 @@ def exported_files() -> dict[str, str]:
     import corl.proto
     from corl.services.aggregator.app import create_app as create_aggregator
     from corl.services.aggregator.settings import AggregatorSettings
+    from corl.services.evaluator import EvaluatorSettings
+    from corl.services.evaluator import create_app as create_evaluator
     from corl.services.model.app import create_app
     from corl.services.model.settings import ServerSettings
 
@@ -44,6 +46,8 @@ def exported_files() -> dict[str, str]:
     # The cohort config is read in the lifespan, which building the document does not run.
     aggregator = create_aggregator(AggregatorSettings(_env_file=None, config=Path("cohort.yaml")))  # type: ignore[call-arg]
     files["openapi/aggregator.json"] = _dump(aggregator.openapi())
+    evaluator = create_evaluator(EvaluatorSettings(_env_file=None, config=Path("cohort.yaml")))  # type: ignore[call-arg]
+    files["openapi/evaluator.json"] = _dump(evaluator.openapi())
     return files
 
 
@@ -67,7 +71,7 @@ def export(
     check: Annotated[bool, typer.Option("--check", help="Only compare; exit 1 if the files differ.")] = False,
     out: Annotated[Path | None, typer.Option(help="Target directory (default: the installed proto/).")] = None,
 ) -> None:
-    """Write proto/schemas/<Model>.json and proto/openapi/{model_server,aggregator}.json."""
+    """Write proto/schemas/<Model>.json and proto/openapi/{model_server,aggregator,evaluator}.json."""
     root = out or _proto_dir()
     if check:
         differ = drift(root)

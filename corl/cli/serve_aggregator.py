@@ -21,19 +21,14 @@ def aggregator(
     """
     import uvicorn
 
-    from corl.config import ConfigError, load_config
-    from corl.config_tracking import TrackerUnavailable
     from corl.services.aggregator import AggregatorSettings, create_app
     from corl.services.aggregator.server import RoundsHaltingServer
 
+    from .config_file import service_config
     from .logs import setup_logging
 
     setup_logging(log_level)
-    try:
-        cfg = load_config(config)
-        cfg.tracking.check_usable()
-    except (ConfigError, TrackerUnavailable) as err:
-        raise typer.BadParameter(str(err), param_hint="--config") from None
+    cfg = service_config(config)
     settings = AggregatorSettings(config=config)
     typer.echo(f"aggregator for run {cfg.run_id!r} ({len(cfg.members)} members) on http://{host}:{port}")
     typer.echo(f"dashboard: http://{host}:{port}/dashboard")

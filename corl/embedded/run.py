@@ -4,7 +4,6 @@ member, as local processes; live progress; a run directory with logs, metrics an
 from __future__ import annotations
 
 import copy
-import json
 import logging
 import os
 import secrets
@@ -21,22 +20,17 @@ from rich.live import Live
 
 from corl import redis_keys
 from corl.config import CohortConfig, dump_config
-from corl.data import load_splits
-from corl.proto import InfoResponse, MemberRoundStats, RunStats
+from corl.heldout import HeldoutReader, client_timeout, is_due, tracking_record, write_reading
+from corl.proto import HeldoutAccuracy, MemberRoundStats, RunStats
 from corl.redis_server import LocalRedis, free_port
 from corl.streams import group_backlog
-from corl.tasks import Example, get_task
-from corl.tracking import Outcome, Record, Tracking, build_tracking
+from corl.tracking import Outcome, Tracking, build_tracking
 
-from .evaluate import evaluate_server
 from .processes import ChildDied, ProcessGroup, RestartPolicy, corl_command
 from .progress import MemberSnapshot, MetricsHistory, RunSnapshot, render, summary_line
 from .resume import CONFIG_FILE, resume_line, resume_point, wait_batches_applied
 
 log = logging.getLogger(__name__)
-
-
-HELDOUT_TTL_S = 30 * 86400
 
 
 def service_urls(agg_url: str) -> str:
@@ -153,14 +147,14 @@ def start_services(
 
 
 class RunMonitor:
-    """Polls the services for a snapshot; evaluates held-out accuracy through the servers."""
+    """Polls the services for a snapshot; reads held-out accuracy through the servers when due
+    (``corl.heldout``, the evaluator service's rule and reader)."""
 
     def __init__(self, cfg: CohortConfig, agg_url: str, opts: RunOptions, tracking: Tracking | None = None):
         self.cfg, self.agg_url, self.opts = cfg, agg_url, opts
         self.tracking = tracking or Tracking()
-        self.task = get_task(cfg.task.name)
-        self.eval_set: list[Example] = load_splits(cfg.task, cfg.rounds.prompt_source.seed).eval[: opts.eval_prompts]
-        self.http = httpx.Client(timeout=httpx.Timeout(max(60.0, cfg.rounds.request_timeout_s), connect=5.0))
+        self.http = httpx.Client(timeout=client_timeout(cfg))
+        self.reader = HeldoutReader(cfg, self.http, opts.eval_prompts)
         self.redis = redis.Redis.from_url(cfg.redis_url, socket_timeout=5.0)
         self.last: dict[str, MemberSnapshot] = {m.name: MemberSnapshot() for m in cfg.members}
         self.t0 = time.monotonic()
@@ -168,16 +162,6 @@ class RunMonitor:
     def close(self) -> None:
         self.http.close()
         self.redis.close()
-
-    def accuracy(self, server: str) -> tuple[float, int]:
-        """Greedy held-out accuracy of one server on the task's evaluation split (the same split the
-        aggregator never draws RL prompts from)."""
-        if not self.eval_set:
-            raise httpx.HTTPError("the task has no held-out problems (task.eval_size: 0)")
-        # Requests of 8 problems interleave with the rounds' own; the code task runs each request's
-        # programs (sandboxed) concurrently against their hidden tests.
-        r = evaluate_server(self.http, server, self.task, self.eval_set, self.cfg.sampling())
-        return r.pass_at_1, r.weight_version
 
     def backlog(self, member: str) -> int | None:
         """Batches waiting for the member's trainer; ``None`` when Redis does not answer in time (a
@@ -198,24 +182,21 @@ class RunMonitor:
             if m.endpoint is not None:
                 self._round_figures(snap, latest.get(m.name))  # no weights to read, no held-out eval: not corl's
                 continue
-            server = m.servers[0]
             try:
-                info = InfoResponse.model_validate(self.http.get(f"{server}/v1/info").json())
-                snap.weight_version = info.weight_version
+                snap.weight_version = self.reader.served_version(m)
             except (httpx.HTTPError, ValueError):
                 pass
             self._round_figures(snap, latest.get(m.name))
             snap.collapse_alarm = bool(stats and m.name in stats.collapse)
             snap.backlog = self.backlog(m.name) if m.role == "trained" else None
-            due = snap.accuracy_version is None or (
-                snap.weight_version is not None and snap.weight_version >= snap.accuracy_version + self.opts.eval_every
-            )
-            if force_eval or due:
+            if force_eval or is_due(snap.accuracy_version, snap.weight_version, self.opts.eval_every):
                 try:
-                    snap.accuracy, snap.accuracy_version = self.accuracy(server)
-                    self.report_heldout(m.name, snap.accuracy, snap.accuracy_version)
+                    reading = self.reader.evaluate(m)
                 except httpx.HTTPError as err:
                     log.warning("held-out eval of %s failed: %s", m.name, err)
+                else:
+                    snap.accuracy, snap.accuracy_version = reading.accuracy, reading.weight_version
+                    self.report_heldout(m.name, reading)
         rounds = stats.next_round if stats else 0
         return RunSnapshot(elapsed_s=time.monotonic() - self.t0, rounds=rounds, members=copy.deepcopy(self.last))
 
@@ -243,19 +224,14 @@ class RunMonitor:
         for m in self.cfg.served_members():
             snap = self.last[m.name]
             snap.accuracy, snap.accuracy_version = accuracy[m.name], 0
-            self.report_heldout(m.name, snap.accuracy, 0)
+            self.report_heldout(m.name, HeldoutAccuracy(accuracy=snap.accuracy, weight_version=0, at=time.time()))
 
-    def report_heldout(self, member: str, accuracy: float, version: int) -> None:
-        """Share the reading with the aggregator's dashboard (a hash with a TTL; best effort) and the
-        experiment trackers."""
-        self.tracking.log(Record(f"{member}/heldout", "weight_version", version, {"accuracy": accuracy}))
-        key = redis_keys.heldout_accuracy(self.cfg.run_id)
-        rec = json.dumps({"accuracy": accuracy, "weight_version": version, "at": time.time()})
+    def report_heldout(self, member: str, reading: HeldoutAccuracy) -> None:
+        """Share the reading with the aggregator's stats and dashboard (the run's held-out hash; best
+        effort) and the experiment trackers."""
+        self.tracking.log(tracking_record(member, reading))
         try:
-            pipe = self.redis.pipeline()
-            pipe.hset(key, member, rec)
-            pipe.expire(key, HELDOUT_TTL_S)
-            pipe.execute()
+            write_reading(self.redis, self.cfg.run_id, member, reading)
         except redis.RedisError as err:
             log.warning("could not record held-out accuracy of %s: %s", member, err)
 

@@ -48,30 +48,17 @@ def asset(name: str) -> tuple[bytes, str]:
     return _static(name), ASSETS[name]
 
 
-def parse_heldout(raw: Mapping[bytes, bytes]) -> dict[str, tuple[float, int | None]]:
-    """member -> (accuracy, weight_version) from the evaluator's hash; malformed entries are skipped."""
-    out: dict[str, tuple[float, int | None]] = {}
-    for k, v in raw.items():
-        try:
-            rec = json.loads(v)
-            out[k.decode()] = (float(rec["accuracy"]), rec.get("weight_version"))
-        except (ValueError, KeyError, TypeError):
-            continue
-    return out
-
-
 def build_view(
     cfg: CohortConfig,
     stats: RunStats,
     versions: Mapping[str, int | None],
     backlog: Mapping[str, int],
-    heldout: Mapping[str, tuple[float, int | None]],
 ) -> DashboardView:
     latest = stats.rounds[-1].members if stats.rounds else {}
     members = []
     for m in cfg.members:
         last = latest.get(m.name)
-        acc = heldout.get(m.name)
+        acc = stats.heldout.get(m.name)
         members.append(
             MemberView(
                 name=m.name,
@@ -81,8 +68,8 @@ def build_view(
                 label_rate=last.label_rate if last else None,
                 distinct_answers=last.distinct_answers if last else None,
                 pseudo_label_accuracy=last.pseudo_label_accuracy if last else None,
-                heldout_accuracy=acc[0] if acc else None,
-                heldout_version=acc[1] if acc else None,
+                heldout_accuracy=acc.accuracy if acc else None,
+                heldout_version=acc.weight_version if acc else None,
                 backlog=backlog.get(m.name) if m.role == "trained" else None,
                 collapse=m.name in stats.collapse,
                 label_share=last.label_share if last else None,

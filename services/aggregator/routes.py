@@ -6,7 +6,6 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.responses import HTMLResponse
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from corl.proto import (
     DashboardView,
@@ -15,7 +14,6 @@ from corl.proto import (
     GradingResults,
     GradingResultsAccepted,
     GradingTasks,
-    HealthResponse,
     OpenRLHFRewardRequest,
     OpenRLHFRewardResponse,
     PromptsAccepted,
@@ -25,7 +23,14 @@ from corl.proto import (
     SlimeRewardResponse,
 )
 from corl.services.errors import UnavailableError
-from corl.services.http import Credentials, bearer_token, error_responses, grader_bearer, require_admin
+from corl.services.http import (
+    Credentials,
+    bearer_token,
+    error_responses,
+    grader_bearer,
+    operational_routes,
+    require_admin,
+)
 
 from . import dashboard
 from .serving import AggregatorServing
@@ -51,19 +56,7 @@ Grader = Annotated[str, Depends(current_grader)]
 Admin = [Depends(require_admin)]
 
 
-@router.get("/healthz")
-async def healthz() -> HealthResponse:
-    return HealthResponse()
-
-
-@router.get("/readyz", responses=error_responses(503))
-async def readyz(serving: Serving) -> HealthResponse:
-    return HealthResponse()
-
-
-@router.get("/metrics", response_class=Response, responses=error_responses(503))
-async def metrics(serving: Serving) -> Response:
-    return Response(generate_latest(serving.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+router.include_router(operational_routes(get_serving))
 
 
 @router.get("/v1/runs/{run}/stats", responses=error_responses(404, 422, 503))

@@ -14,10 +14,11 @@ import redis.asyncio as aioredis
 
 from corl import proto
 from corl.config import CohortConfig
+from corl.heldout import read_readings
 from corl.services.errors import NotFoundError
 from corl.tracking import Tracking
 
-from .dashboard import build_view, parse_heldout
+from .dashboard import build_view
 from .endpoints import build_endpoint_clients
 from .grading_pool import GradingPool
 from .members import MemberClient
@@ -101,6 +102,7 @@ class AggregatorServing:
     async def stats(self, run: str, last: int | None = None) -> proto.RunStats:
         self._check_run(run)
         rounds = await self.store.recent_stats(min(last or self.settings.stats_rounds, self.settings.stats_rounds))
+        heldout = read_readings(await self.store.heldout())
         return run_stats(
             self.cfg.run_id,
             self.driver.round_state.next_round,
@@ -108,6 +110,7 @@ class AggregatorServing:
             self.state.reliability,
             self.state.collapse.alarmed,
             {name: c.stats() for name, c in self.endpoints.items()},
+            {m.name: heldout[m.name] for m in self.cfg.served_members() if m.name in heldout},
         )
 
     async def dashboard(self, run: str, last: int | None = None) -> proto.DashboardView:
@@ -116,7 +119,7 @@ class AggregatorServing:
         infos = await asyncio.gather(*(self.client.info(m, timeout) for m in self.cfg.members))
         versions = {m.name: (i.weight_version if i else None) for m, i in zip(self.cfg.members, infos, strict=True)}
         backlog = await self.store.unconsumed([m.name for m in self.cfg.members if m.role == "trained"])
-        return build_view(self.cfg, stats, versions, backlog, parse_heldout(await self.store.heldout()))
+        return build_view(self.cfg, stats, versions, backlog)
 
     async def openrlhf_reward(self, body: proto.OpenRLHFRewardRequest) -> proto.OpenRLHFRewardResponse:
         return await self.rewards.openrlhf(body)

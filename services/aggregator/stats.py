@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
 
-from corl.proto import EndpointStats, MemberRoundStats, RoundStats, RunStats
+from corl.proto import EndpointStats, HeldoutAccuracy, MemberRoundStats, RoundStats, RunStats
 from corl.rewards import GraderReliability, RoundOutcome
 from corl.tracking import Record
 
@@ -56,6 +56,7 @@ def run_stats(
     reliability: GraderReliability,
     collapse: Collection[str],
     endpoints: Mapping[str, EndpointStats] | None = None,
+    heldout: Mapping[str, HeldoutAccuracy] | None = None,
 ) -> RunStats:
     return RunStats(
         run_id=run_id,
@@ -65,4 +66,5 @@ def run_stats(
         quarantined=sorted(reliability.quarantined),
         collapse=sorted(collapse),
         endpoints=dict(endpoints or {}),
+        heldout=dict(heldout or {}),
     )

@@ -123,6 +123,6 @@ class RoundStore:
         return [fields[b"stats"].decode() for _, fields in reversed(entries)]
 
     async def heldout(self) -> dict[bytes, bytes]:
-        """The evaluator's latest held-out accuracy per member (raw hash, see ``redis_keys.heldout_accuracy``)."""
+        """The evaluator's latest held-out reading per member (raw hash: ``corl.heldout.read_readings``)."""
         raw: Any = await self.redis.hgetall(keys.heldout_accuracy(self.run))
         return dict(raw)

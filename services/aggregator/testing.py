@@ -15,6 +15,7 @@ import asyncio
 import json
 import math
 import random
+import time
 import zlib
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -64,12 +65,27 @@ class FakeCohort:
     def transport(self) -> httpx.MockTransport:
         return httpx.MockTransport(self.handle)
 
+    def sync_transport(self) -> httpx.MockTransport:
+        """The same members for a synchronous ``httpx.Client`` (a slow member sleeps in the caller's thread)."""
+        return httpx.MockTransport(self.handle_sync)
+
     async def handle(self, request: httpx.Request) -> httpx.Response:
         if request.url.host.endswith(".endpoint"):
             return await self.endpoints[request.url.host.removesuffix(".endpoint")].handle(request)
         name = request.url.host.removesuffix(".fake")
         if name in self.slow:
             await asyncio.sleep(self.slow[name])
+        return self.answer(request)
+
+    def handle_sync(self, request: httpx.Request) -> httpx.Response:
+        name = request.url.host.removesuffix(".fake")
+        if name in self.slow:
+            time.sleep(self.slow[name])
+        return self.answer(request)
+
+    def answer(self, request: httpx.Request) -> httpx.Response:
+        """A fake member's reply to ``request`` (``/v1/info``, ``/v1/generate``, ``/v1/grade``)."""
+        name = request.url.host.removesuffix(".fake")
         m = self.members.get(name)
         if m is None or name in self.down:
             raise httpx.ConnectError(f"{name} is down", request=request)
@@ -85,10 +101,10 @@ class FakeCohort:
             return httpx.Response(200, content=self.generate(m, req))
         if request.url.path == "/v1/grade":
             m.grade_calls += 1
-            req = GradeRequest.model_validate_json(request.content)
+            grade = GradeRequest.model_validate_json(request.content)
             rng = random.Random(m.grade_calls)
             scores = []
-            for it in req.items:
+            for it in grade.items:
                 truth = _sum(it.prompt)
                 right = it.response.strip() == str(truth)
                 if m.judge == "always_one":

@@ -121,6 +121,9 @@ ROLES = {
     ("serve", "aggregator"): Role(
         "aggregator", "corl.services.aggregator.settings", "AggregatorSettings", "CORL_AGGREGATOR_"
     ),
+    ("serve", "evaluator"): Role(
+        "evaluator", "corl.services.evaluator.settings", "EvaluatorSettings", "CORL_EVALUATOR_"
+    ),
     ("train",): Role("trainer", "corl.trainer.settings", "TrainerSettings", "CORL_TRAINER_"),
 }
 

@@ -109,11 +109,12 @@ def test_cohort_init_runs_once_and_everything_waits_for_it() -> None:
         deps = SERVICES[name]["depends_on"]
         assert deps["cohort-init"]["condition"] == "service_completed_successfully", name
         assert "healthcheck" in SERVICES[name], name
-    for name in ("aggregator", *[n for n in SERVICES if n.startswith("trainer-")]):
+    for name in ("aggregator", "evaluator", *[n for n in SERVICES if n.startswith("trainer-")]):
         deps = SERVICES[name]["depends_on"]
         assert deps["redis"]["condition"] == "service_healthy"
         servers = [d for d in deps if d.startswith("model-")]
         assert servers and all(deps[d]["condition"] == "service_healthy" for d in servers), name
+    assert SERVICES["evaluator"]["depends_on"]["aggregator"]["condition"] == "service_healthy"
 
 
 @pytest.mark.parametrize(("service", "argv"), COMMANDS, ids=[f"{n}:{' '.join(a[:2])}" for n, a in COMMANDS])
@@ -167,6 +168,9 @@ def test_environment_builds_the_service_settings(
     # Required settings that the command passes as flags (e.g. the aggregator's --config).
     flags: dict[str, Any] = {n: option_value(argv, "--" + n.replace("_", "-")) for n in required}
     settings = cls(**{k: v for k, v in flags.items() if v is not None})
+    if "admin_token" not in cls.model_fields:  # the evaluator only reads: it is given no token
+        assert "CORL_ADMIN_TOKEN" not in env, f"{service} gets an admin token it has no use for"
+        return
     token: Any = getattr(settings, "admin_token", None)
     if isinstance(token, SecretStr):
         token = token.get_secret_value()
@@ -206,7 +210,7 @@ def test_prometheus_scrapes_every_service() -> None:
     expected = {"aggregator:8100"}
     for name in CORL_SERVICES:
         argv = service_argv(SERVICES[name])[0]
-        if argv[:2] == ["serve", "model"] and "-gpu" not in name:
+        if argv[:2] in (["serve", "model"], ["serve", "evaluator"]) and "-gpu" not in name:
             expected.add(f"{name}:{option_value(argv, '--port')}")
         elif argv[:1] == ["train"]:
             expected.add(f"{name}:{option_value(argv, '--metrics-port')}")
@@ -234,7 +238,7 @@ def test_trackers_get_their_keys_from_env_and_a_volume_for_their_files() -> None
     assert cfg.tracking.report_to == [] and cfg.tracking.dir == "/data/tracking"  # off until the user names one
     env = {**read_env_file(ENV_EXAMPLE), "WANDB_API_KEY": "wandb-key", "MLFLOW_TRACKING_URI": "http://mlflow:5000"}
     services = load_compose(env)["services"]
-    for name in ("aggregator", *(n for n in services if n.startswith("trainer-"))):
+    for name in ("aggregator", "evaluator", *(n for n in services if n.startswith("trainer-"))):
         svc = services[name]
         assert svc["environment"]["WANDB_API_KEY"] == "wandb-key", name
         assert svc["environment"]["MLFLOW_TRACKING_URI"] == "http://mlflow:5000", name

@@ -17,6 +17,7 @@ import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -33,6 +34,8 @@ from .live_stack import (
     free_port,
     image_exists,
     make_env_file,
+    metric,
+    metrics,
     run,
     wait_for,
 )
@@ -42,7 +45,14 @@ pytestmark = [pytest.mark.compose_live, pytest.mark.timeout(3600)]
 
 MEMBERS = [m.name for m in load_config(ROOT / "deploy" / "cohort.compose.yaml").members]
 TRAINED = [m.name for m in load_config(ROOT / "deploy" / "cohort.compose.yaml").members if m.role == "trained"]
-SERVICES = ["redis", "prometheus", *[f"model-{m}" for m in MEMBERS], *[f"trainer-{m}" for m in TRAINED], "aggregator"]
+SERVICES = [
+    "redis",
+    "prometheus",
+    *[f"model-{m}" for m in MEMBERS],
+    *[f"trainer-{m}" for m in TRAINED],
+    "aggregator",
+    "evaluator",
+]
 IMAGE = os.environ.get("CORL_IMAGE", "corl:cpu")
 TIMINGS = ROOT / ".cache" / "compose_live" / "timings.json"
 MIN_ROUNDS, MIN_VERSIONS = 5, 2
@@ -123,22 +133,53 @@ def test_rounds_commit_and_every_member_trains_publishes_and_swaps(stack: LiveSt
     assert stats["next_round"] >= MIN_ROUNDS and stats["rounds"], stats
 
 
+def test_dashboard_shows_every_members_held_out_accuracy_as_a_number(stack: LiveStack) -> None:
+    """The evaluator reads each member through its server (the first reading at start) into Redis; the
+    aggregator's dashboard and stats show it, through the published port, as a number, not "-"."""
+    base = f"http://127.0.0.1:{stack.env_values['CORL_AGGREGATOR_HOST_PORT']}/v1/runs/compose"
+
+    def every_member_read() -> dict[str, tuple[float, int]]:
+        view = httpx.get(f"{base}/dashboard", timeout=10).json()
+        shown = {m["name"]: (m["heldout_accuracy"], m["heldout_version"]) for m in view["members"]}
+        if set(shown) != set(MEMBERS) or any(not isinstance(acc, float | int) for acc, _ in shown.values()):
+            raise AssertionError(f"held-out accuracy on the dashboard: {shown}")
+        return shown
+
+    with stack.phase("held-out accuracy of every member on the dashboard"):
+        shown = wait_for("a held-out reading of every member", every_member_read, timeout_s=420, interval_s=5)
+    assert all(0.0 <= acc <= 1.0 and isinstance(version, int) for acc, version in shown.values()), shown
+    # The same readings in the stats and the evaluator's gauges (or newer ones: weights move on).
+    stats = httpx.get(f"{base}/stats", params={"last": 1}, timeout=10).json()
+    page = metrics(stack.url("evaluator", 8200, "/metrics"))
+    for m, (_, version) in shown.items():
+        assert 0.0 <= stats["heldout"][m]["accuracy"] <= 1.0 and stats["heldout"][m]["weight_version"] >= version
+        assert metric(page, "corl_evaluator_heldout_accuracy_ratio", member=m) is not None, m
+        assert (metric(page, "corl_evaluator_heldout_weight_version", member=m) or 0) >= version, m
+
+
 def test_prometheus_scrapes_every_corl_target(stack: LiveStack) -> None:
     port = stack.env_values["PROMETHEUS_HOST_PORT"]
 
     def all_up() -> bool:
         targets = httpx.get(f"http://127.0.0.1:{port}/api/v1/targets", timeout=10).json()["data"]["activeTargets"]
         corl = {t["labels"]["instance"]: t["health"] for t in targets if t["labels"]["job"].startswith("corl-")}
-        expected = {f"model-{m}:8000" for m in MEMBERS} | {f"trainer-{m}:9100" for m in TRAINED} | {"aggregator:8100"}
+        expected = {f"model-{m}:8000" for m in MEMBERS} | {f"trainer-{m}:9100" for m in TRAINED}
+        expected |= {"aggregator:8100", "evaluator:8200"}
         if set(corl) != expected or any(h != "up" for h in corl.values()):
             raise AssertionError(corl)
         return True
 
     with stack.phase("prometheus targets up"):
         wait_for("every corl target up in Prometheus", all_up, timeout_s=120, interval_s=5)
-    # The scraped series are corl's own: a query over the aggregator's round gauge answers.
-    res = httpx.get(f"http://127.0.0.1:{port}/api/v1/query", params={"query": "corl_aggregator_round"}, timeout=10)
-    assert res.json()["data"]["result"], res.text
+
+    # The scraped series are corl's own: queries over the aggregator's round gauge and the evaluator's
+    # held-out accuracy (the Grafana panel's) answer.
+    def query(q: str) -> list[Any]:
+        reply = httpx.get(f"http://127.0.0.1:{port}/api/v1/query", params={"query": q}, timeout=10)
+        return list(reply.json()["data"]["result"])
+
+    for q in ("corl_aggregator_round", "corl_evaluator_heldout_accuracy_ratio"):
+        assert wait_for(f"{q} in Prometheus", lambda q=q: query(q), timeout_s=60), q
 
 
 def test_grafana_serves_the_provisioned_dashboard(stack: LiveStack) -> None:

@@ -17,14 +17,16 @@ METRIC = re.compile(r"\bcorl_[a-z0-9_]+")
 
 
 def _exported_names() -> set[str]:
-    """Every sample name the model server, aggregator and trainer metric modules define."""
+    """Every sample name the model server, aggregator, evaluator and trainer metric modules define."""
     from corl.services.aggregator.metrics import AggregatorMetrics
+    from corl.services.evaluator.metrics import EvaluatorMetrics
     from corl.services.model.metrics import ServerMetrics
     from corl.trainer.metrics import TrainerMetrics
 
     registries: list[CollectorRegistry] = [
         ServerMetrics().registry,
         AggregatorMetrics().registry,
+        EvaluatorMetrics().registry,
         TrainerMetrics("gpt2").registry,
     ]
     names: set[str] = set()
@@ -60,7 +62,7 @@ def test_every_queried_metric_is_exported(title: str, expr: str) -> None:
 
 def test_metric_names_follow_the_convention() -> None:
     for name in _exported_names():
-        assert re.fullmatch(r"corl_(server|aggregator|trainer)_[a-z0-9_]+", name), name
+        assert re.fullmatch(r"corl_(server|aggregator|evaluator|trainer)_[a-z0-9_]+", name), name
 
 
 @pytest.mark.parametrize(
@@ -68,6 +70,7 @@ def test_metric_names_follow_the_convention() -> None:
     [
         "corl_aggregator_mean_reward",  # per-member reward
         "corl_aggregator_pseudo_label_accuracy",  # accuracy
+        "corl_evaluator_heldout_accuracy_ratio",  # held-out accuracy, read through the servers
         "corl_aggregator_distinct_answers",  # diversity
         "corl_aggregator_collapse_alarm",
         "corl_server_weight_version",  # weight versions

@@ -226,6 +226,7 @@ def test_one_server_statefulset_and_service_per_member_and_one_trainer_per_train
     pdbs = {p["metadata"]["labels"]["corl.dev/member"] for p in of(objs, "PodDisruptionBudget", "model")}
     assert pdbs == set(servers)
     assert len(of(objs, "Deployment", "aggregator")) == 1 and len(of(objs, "Service", "aggregator")) == 1
+    assert len(of(objs, "Deployment", "evaluator")) == 1 and len(of(objs, "Service", "evaluator")) == 1
 
 
 def test_gpu_requests_images_and_scheduling_follow_the_member(render: Render) -> None:
@@ -303,10 +304,18 @@ def test_containers_point_at_the_right_redis_servers_config_and_secret(render: R
     secret = (values or {}).get("auth", {}).get("existingSecret") or of(objs, "Secret", "auth")[0]["metadata"]["name"]
     key = (values or {}).get("auth", {}).get("adminTokenKey", "admin-token")
     configmap = of(objs, "ConfigMap", "config")[0]["metadata"]["name"]
-    for kind, component in (("StatefulSet", "model"), ("Deployment", "trainer"), ("Deployment", "aggregator")):
+    parts = (
+        ("StatefulSet", "model"),
+        ("Deployment", "trainer"),
+        ("Deployment", "aggregator"),
+        ("Deployment", "evaluator"),
+    )
+    for kind, component in parts:
         for obj in of(objs, kind, component):
             (c,) = containers(obj)
-            assert env_of(c)["CORL_ADMIN_TOKEN"] == {"secretKeyRef": {"name": secret, "key": key}}
+            # The evaluator only reads: it is given no admin token.
+            expected = None if component == "evaluator" else {"secretKeyRef": {"name": secret, "key": key}}
+            assert env_of(c).get("CORL_ADMIN_TOKEN") == expected, obj["metadata"]["name"]
             if component != "model":
                 assert arg(c, "--config") == "/etc/corl/cohort.yaml"
                 mounts = {m["name"]: m["mountPath"] for m in c["volumeMounts"]}
@@ -320,7 +329,8 @@ def test_containers_point_at_the_right_redis_servers_config_and_secret(render: R
 @pytest.mark.parametrize("case", CASES)
 def test_probes(render: Render, case: str) -> None:
     objs = render(CASES[case])
-    for obj in of(objs, "StatefulSet", "model") + of(objs, "Deployment", "aggregator"):
+    http_services = of(objs, "StatefulSet", "model") + of(objs, "Deployment", "aggregator")
+    for obj in http_services + of(objs, "Deployment", "evaluator"):
         (c,) = containers(obj)
         assert c["livenessProbe"]["httpGet"]["path"] == "/healthz"
         assert c["readinessProbe"]["httpGet"]["path"] == "/readyz"
@@ -372,8 +382,8 @@ def test_an_endpoint_member_gets_no_pods_and_its_key_reaches_only_the_aggregator
 def test_experiment_tracking_reaches_every_reporting_process_and_writes_to_the_data_volume(render: Render) -> None:
     default = render(None)
     assert cohort_config(default).tracking.report_to == []  # off by default: the aggregator needs no volume
-    (agg,) = of(default, "Deployment", "aggregator")
-    assert [m["name"] for m in containers(agg)[0]["volumeMounts"]] == ["cohort-config"]
+    for reader in (*of(default, "Deployment", "aggregator"), *of(default, "Deployment", "evaluator")):
+        assert [m["name"] for m in containers(reader)[0]["volumeMounts"]] == ["cohort-config"]
 
     objs = render(CUSTOM)
     tracking = cohort_config(objs).tracking
@@ -381,6 +391,7 @@ def test_experiment_tracking_reaches_every_reporting_process_and_writes_to_the_d
     assert tracking.dir == "/data/tracking"  # on the data volume, where the trackers' files outlive pods
     key = {"secretKeyRef": {"name": "wandb", "key": "api-key"}}
     reporting = [*of(objs, "Deployment", "trainer"), *of(objs, "Deployment", "aggregator")]
+    reporting += of(objs, "Deployment", "evaluator")  # held-out readings: <member>/heldout/accuracy
     for obj in reporting:
         (c,) = containers(obj)
         assert env_of(c)["WANDB_API_KEY"] == key, obj["metadata"]["name"]
@@ -393,6 +404,29 @@ def test_experiment_tracking_reaches_every_reporting_process_and_writes_to_the_d
     own_dir = json.loads(json.dumps(CUSTOM))
     own_dir["cohort"]["tracking"]["dir"] = "/data/runs/exp-7"
     assert cohort_config(render(own_dir)).tracking.dir == "/data/runs/exp-7"
+
+
+def test_evaluator_takes_its_values_and_can_be_left_out(render: Render, helm: str, tmp_path: Path) -> None:
+    values = {
+        **CUSTOM,
+        "evaluator": {"port": 8300, "evalEvery": 3, "evalPrompts": 50, "env": {"CORL_EVALUATOR_POLL_S": 2}},
+    }
+    objs = render(values)
+    (dep,) = of(objs, "Deployment", "evaluator")
+    (c,) = containers(dep)
+    assert (arg(c, "--eval-every"), arg(c, "--eval-prompts"), arg(c, "--port")) == ("3", "50", "8300")
+    assert c["ports"][0]["containerPort"] == 8300 and env_of(c)["CORL_EVALUATOR_POLL_S"] == "2"
+    assert dep["spec"]["replicas"] == 1 and dep["spec"]["strategy"]["type"] == "Recreate"
+    (svc,) = of(objs, "Service", "evaluator")
+    assert svc["spec"]["ports"][0]["port"] == 8300
+    # Prometheus scrapes the evaluator: that is where corl_evaluator_heldout_accuracy_ratio comes from.
+    (sm,) = of(objs, "ServiceMonitor", "evaluator")
+    assert sm["spec"]["endpoints"][0]["port"] == svc["spec"]["ports"][0]["name"]
+
+    off = render({**CUSTOM, "evaluator": {"enabled": False}})
+    assert not [o for o in off if o["metadata"]["labels"].get("app.kubernetes.io/component") == "evaluator"]
+    for bad in ({"evalEvery": 0}, {"evalPrompts": "all"}, {"port": 0}, {"evalevery": 3}):
+        _assert_schema_refuses(helm, tmp_path, {"evaluator": bad})
 
 
 def test_values_schema_refuses_a_trained_or_served_endpoint_member(helm: str, tmp_path: Path) -> None:
@@ -452,7 +486,7 @@ def test_monitoring_objects(render: Render) -> None:
     assert json.loads(dash["data"]["corl.json"])["uid"] == "corl-cohort"
     custom = render(CUSTOM)
     monitors = {m["metadata"]["labels"]["app.kubernetes.io/component"]: m for m in of(custom, "ServiceMonitor")}
-    assert set(monitors) == {"model", "trainer", "aggregator"}
+    assert set(monitors) == {"model", "trainer", "aggregator", "evaluator"}
     for component, sm in monitors.items():
         assert sm["metadata"]["labels"]["release"] == "kube-prometheus-stack"
         selected = [
@@ -507,4 +541,5 @@ def test_every_corl_env_var_is_a_setting_of_the_service(render: Render, case: st
             assert not bad, f"{obj['metadata']['name']}: {bad} are not settings of {role.settings_class}"
             checked += 1
     members = members_of(CASES[case])
-    assert checked == len(members) + sum(m.get("role", "trained") == "trained" for m in members) + 1
+    # A server per member, a trainer per trained member, the aggregator and the evaluator.
+    assert checked == len(members) + sum(m.get("role", "trained") == "trained" for m in members) + 2

@@ -1,5 +1,6 @@
 """Contract fuzzing: schemathesis (every check, every phase) against the live OpenAPI document of the
-model server (tiny model) and of the aggregator (real Redis): 0 server errors, 0 contract failures."""
+model server (tiny model), the aggregator and the evaluator (real Redis): 0 server errors, 0 contract
+failures."""
 
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ from corl.config import parse_config
 from corl.services.aggregator import AggregatorSettings
 from corl.services.aggregator import create_app as create_aggregator
 from corl.services.aggregator.testing import FakeCohort
+from corl.services.evaluator import EvaluatorSettings
+from corl.services.evaluator import create_app as create_evaluator
 from corl.services.model.app import create_app as create_model_app
 from corl.services.model.testing import serve_app
 
@@ -84,4 +87,20 @@ def test_aggregator_contract(redis_url: str, tmp_path: Path) -> None:
         assert reg.status_code == 201, reg.text
         tokens = {"admin": ADMIN, "grader": reg.json()["token"]}
         run = run_schemathesis(url, tokens, tmp_path, MAX_EXAMPLES, extra_config=GET_REWARD_LENGTHS)
+    assert_clean(run, operations(app))
+
+
+def test_evaluator_contract(redis_url: str, tmp_path: Path) -> None:
+    cfg = parse_config(
+        {
+            "run_id": "fuzz-eval",
+            "members": [{"name": n, "model": "unused", "servers": [FakeCohort.url(n)]} for n in ("a", "b")],
+        }
+    )
+    fake = FakeCohort.of("a", "b")
+    settings = EvaluatorSettings(config=Path("/nonexistent.yaml"), redis_url=redis_url, autostart=False, eval_prompts=8)
+    app = create_evaluator(settings, config=cfg, transport=fake.sync_transport())
+    with serve_app(app) as url:
+        app.state.serving.poll()  # readings to serve
+        run = run_schemathesis(url, {}, tmp_path, MAX_EXAMPLES)
     assert_clean(run, operations(app))

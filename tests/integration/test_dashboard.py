@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import time
 from pathlib import Path
 
 import httpx
@@ -13,7 +14,7 @@ from test_aggregator import aggregator, make_config, sync_redis
 
 from corl import redis_keys as keys
 from corl.embedded.run import RunMonitor, RunOptions, service_urls
-from corl.proto import DashboardView, ErrorResponse
+from corl.proto import DashboardView, ErrorResponse, HeldoutAccuracy
 from corl.services.aggregator.dashboard import UPLOT_SHA256
 from corl.services.aggregator.testing import FakeCohort
 
@@ -57,10 +58,10 @@ async def test_dashboard_json_has_what_the_page_shows(redis_url: str) -> None:
             assert (await svc.driver.run_round()).status == "ok"
         before = DashboardView.model_validate((await c.get(f"/v1/runs/{cfg.run_id}/dashboard")).json())
         assert (await svc.driver.run_round()).status == "ok"
-        # The run's evaluator (corl run's monitor) reports held-out accuracy through Redis.
+        # The run's evaluator (here corl run's monitor) reports held-out accuracy through Redis.
         monitor = RunMonitor(cfg.model_copy(update={"redis_url": redis_url}), "http://unused", RunOptions())
         try:
-            monitor.report_heldout("a", 0.625, 7)
+            monitor.report_heldout("a", HeldoutAccuracy(accuracy=0.625, weight_version=7, at=time.time()))
         finally:
             monitor.close()
         r = await c.get(f"/v1/runs/{cfg.run_id}/dashboard")

@@ -122,17 +122,8 @@ def test_example_configs_validate_and_load_their_data(example: str, task: str, s
 async def test_rounds_draw_rl_prompts_and_evaluation_uses_the_held_out_ones(tmp_path: Path) -> None:
     import httpx
 
-    from corl.embedded.run import RunMonitor, RunOptions
+    from corl.heldout import HeldoutReader
     from corl.services.aggregator.prompts import build_prompt_source
-
-    path = tmp_path / "problems.jsonl"
-    path.write_text("\n".join(json.dumps(r) for r in RECORDS))
-    cfg = parse_config({"task": {"name": "math", "source": str(path), "eval_size": 5}, "members": MEMBERS})
-    source = build_prompt_source(cfg, None)  # type: ignore[arg-type]  # no Redis for a task source
-    drawn = {e.prompt for e in await source.take(0, 60)}
-    monitor = RunMonitor(cfg, "http://aggregator", RunOptions(eval_prompts=100))
-    held_out = {e.prompt for e in monitor.eval_set}
-    assert len(drawn) == 25 and len(held_out) == 5 and not drawn & held_out
 
     def server(request: httpx.Request) -> httpx.Response:  # answers every held-out problem; wrong on one
         prompts = json.loads(request.content)["prompts"]
@@ -148,11 +139,17 @@ async def test_rounds_draw_rl_prompts_and_evaluation_uses_the_held_out_ones(tmp_
         ]
         return httpx.Response(200, json={"model": "a", "weight_version": 3, "results": results})
 
-    monitor.http = httpx.Client(transport=httpx.MockTransport(server))
-    try:
-        assert monitor.accuracy("http://a") == (0.8, 3)
-    finally:
-        monitor.close()
+    path = tmp_path / "problems.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in RECORDS))
+    cfg = parse_config({"task": {"name": "math", "source": str(path), "eval_size": 5}, "members": MEMBERS})
+    source = build_prompt_source(cfg, None)  # type: ignore[arg-type]  # no Redis for a task source
+    drawn = {e.prompt for e in await source.take(0, 60)}
+    with httpx.Client(transport=httpx.MockTransport(server)) as http:
+        reader = HeldoutReader(cfg, http, eval_prompts=100)  # what corl run and the evaluator read
+        held_out = {e.prompt for e in reader.examples}
+        assert len(drawn) == 25 and len(held_out) == 5 and not drawn & held_out
+        reading = reader.evaluate(cfg.member("a"))
+    assert (reading.accuracy, reading.weight_version) == (0.8, 3)
 
 
 def test_corl_data_shows_the_splits_of_a_config(tmp_path: Path) -> None:

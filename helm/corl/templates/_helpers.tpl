@@ -46,6 +46,9 @@ app.kubernetes.io/part-of: corl
 {{- define "corl.aggregatorName" -}}
 {{- printf "%s-aggregator" (include "corl.fullname" .) -}}
 {{- end -}}
+{{- define "corl.evaluatorName" -}}
+{{- printf "%s-evaluator" (include "corl.fullname" .) -}}
+{{- end -}}
 {{- define "corl.redisName" -}}
 {{- printf "%s-redis" (include "corl.fullname" .) -}}
 {{- end -}}

@@ -1,0 +1,71 @@
+"""Evaluator app: creation and lifespan only (the clients, the reader, the polling thread)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+
+import httpx
+import redis
+from fastapi import FastAPI
+
+from corl.config import CohortConfig, load_config
+from corl.heldout import HeldoutReader, client_timeout
+from corl.proto import CONTRACT_VERSION
+from corl.services.http import install_edge
+from corl.tracking import build_tracking
+
+from .metrics import EvaluatorMetrics
+from .routes import router
+from .serving import EvaluatorServing
+from .settings import EvaluatorSettings
+
+MAX_BODY_BYTES = 16 * 1024  # no route takes a body
+
+
+def create_app(
+    settings: EvaluatorSettings,
+    *,
+    config: CohortConfig | None = None,
+    transport: httpx.BaseTransport | None = None,
+) -> FastAPI:
+    """``config`` defaults to ``settings.config`` read from disk; ``transport`` replaces the network
+    transport of the member client (tests pass an ``httpx.MockTransport``)."""
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        cfg = config or load_config(settings.config)
+        async with AsyncExitStack() as stack:
+            # Synchronous clients: every call is made from the polling thread.
+            http = stack.enter_context(
+                httpx.Client(
+                    transport=transport or httpx.HTTPTransport(retries=settings.transport_retries),
+                    timeout=client_timeout(cfg, settings.connect_timeout_s),
+                )
+            )
+            redis_url = settings.redis_url or cfg.redis_url
+            client = redis.Redis.from_url(
+                redis_url, socket_connect_timeout=5.0, socket_timeout=settings.redis_timeout_s
+            )
+            stack.callback(client.close)
+            reader = await asyncio.to_thread(HeldoutReader, cfg, http, settings.eval_prompts)  # reads the data set
+            if not reader.examples:
+                raise ValueError(f"task {cfg.task.name!r} holds no problems out (task.eval_size: 0): nothing to read")
+            tracking = build_tracking(cfg, "evaluator", app.state.metrics.registry, redis_url=redis_url)
+            stack.push_async_callback(asyncio.to_thread, tracking.close)  # flushing may wait on a tracker
+            serving = EvaluatorServing(cfg, settings, reader, client, app.state.metrics, tracking)
+            stack.push_async_callback(serving.stop)
+            await serving.start(poll=settings.autostart)
+            app.state.serving = serving
+            try:
+                yield
+            finally:
+                app.state.serving = None
+
+    app = FastAPI(title="corl evaluator", version=CONTRACT_VERSION, lifespan=lifespan)
+    app.state.metrics = EvaluatorMetrics()
+    app.state.serving = None
+    app.include_router(router)
+    install_edge(app, metrics=app.state.metrics.http, max_body_bytes=MAX_BODY_BYTES)
+    return app

@@ -1,0 +1,32 @@
+"""HTTP routes: thin, versioned; each one call into ``serving.EvaluatorServing``."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Request
+
+from corl.proto import HeldoutReadings
+from corl.services.errors import UnavailableError
+from corl.services.http import error_responses, operational_routes
+
+from .serving import EvaluatorServing
+
+router = APIRouter()
+
+
+async def get_serving(request: Request) -> EvaluatorServing:
+    serving: EvaluatorServing | None = getattr(request.app.state, "serving", None)
+    if serving is None:
+        raise UnavailableError("the evaluator is starting")
+    return serving
+
+
+Serving = Annotated[EvaluatorServing, Depends(get_serving)]
+router.include_router(operational_routes(get_serving))
+
+
+@router.get("/v1/runs/{run}/heldout", responses=error_responses(404, 503))
+async def heldout(serving: Serving, run: str) -> HeldoutReadings:
+    """The latest held-out reading of each member this evaluator has (the aggregator's stats carry them too)."""
+    return serving.view(run)

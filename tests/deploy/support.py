@@ -99,6 +99,18 @@ def shell_corl_commands(script: str) -> list[list[str]]:
     return out
 
 
+def container_argv(container: dict[str, Any]) -> list[str]:
+    """The corl command line a Kubernetes container runs: its args under the image's ``tini -- corl``
+    entrypoint, or what follows ``-m corl`` when it runs ``torchrun`` instead."""
+    args = [str(a) for a in container.get("args", [])]
+    command = [str(c) for c in container.get("command") or []]
+    if not command:
+        return args
+    assert command[-1] == "torchrun", f"unexpected command {command}"
+    i = next(i for i in range(len(args) - 1) if args[i : i + 2] == ["-m", "corl"])
+    return args[i + 2 :]
+
+
 def option_value(argv: list[str], flag: str) -> str | None:
     return argv[argv.index(flag) + 1] if flag in argv else None
 

@@ -15,7 +15,7 @@ import yaml
 from corl.config import load_config, parse_config
 
 from .conftest import Render
-from .support import CHART, role_of, settings_class, unknown_env, venv_tool
+from .support import CHART, container_argv, role_of, settings_class, unknown_env, venv_tool
 
 K8S_VERSIONS = ["1.27.0", "1.37.0"]  # the chart's kubeVersion floor, and the newest schemas shipped
 
@@ -62,7 +62,26 @@ CUSTOM: dict[str, Any] = {
     },
     "tracking": {"secretEnv": {"WANDB_API_KEY": {"name": "wandb", "key": "api-key"}}},
 }
-CASES = {"default": None, "custom": CUSTOM}
+# Members larger than one device: a trained vLLM member on 4 GPUs (tensor parallel servers, a torchrun
+# trainer), a frozen one on 2, one serving on 1 GPU with a 2-process trainer, and a CPU member.
+SHARDED: dict[str, Any] = {
+    "members": [
+        {
+            "name": "big",
+            "model": "/data/models/qwen2.5-7b",
+            "backend": "vllm",
+            "gpus": 4,
+            "vllm": {"gpu_memory_utilization": 0.85, "max_model_len": 4096},
+            "resources": {"requests": {"memory": "64Gi"}, "limits": {"memory": "96Gi"}},
+            "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+        },
+        {"name": "judge", "model": "/data/models/llama-8b", "backend": "vllm", "role": "frozen", "gpus": 2},
+        {"name": "mid", "model": "/data/models/qwen2.5-1.5b", "backend": "vllm", "gpus": 1, "trainer": {"gpus": 2}},
+        {"name": "small", "model": "/data/cohort/gpt2"},
+    ],
+    "cohort": {"training": {"distributed": {"strategy": "fsdp2", "mixed_precision": "bf16"}}},
+}
+CASES = {"default": None, "custom": CUSTOM, "sharded": SHARDED}
 
 
 def of(objs: list[dict[str, Any]], kind: str, component: str | None = None) -> list[dict[str, Any]]:
@@ -94,7 +113,7 @@ def env_of(container: dict[str, Any]) -> dict[str, Any]:
 
 
 def arg(container: dict[str, Any], flag: str) -> str:
-    args = [str(a) for a in container["args"]]
+    args = container_argv(container)
     return args[args.index(flag) + 1]
 
 
@@ -247,6 +266,86 @@ def test_gpu_requests_images_and_scheduling_follow_the_member(render: Render) ->
     assert containers(trainers["big"])[0]["image"].endswith("-gpu"), "a GPU trainer needs CUDA torch"
     assert containers(trainers["small"])[0]["image"].endswith("-cpu")
     assert env_of(containers(servers["small"])[0])["CORL_MAX_TOKENS"] == "64"
+
+
+def test_a_member_asking_for_gpus_gets_them_in_every_pod_and_in_the_cohort_config(
+    render: Render, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """gpus: 4 -> each server replica and the trainer hold 4 GPUs; the vLLM server shards the model over
+    them (tensor_parallel_size 4, in its settings and in the cohort config); the trainer is a torchrun
+    group of 4 processes (trainer_processes 4), on the GPU image."""
+    from corl.services.model.backends.vllm_engine import engine_kwargs
+    from corl.services.model.settings import ServerSettings
+
+    objs = render(SHARDED)
+    servers = {s["metadata"]["labels"]["corl.dev/member"]: s for s in of(objs, "StatefulSet", "model")}
+    trainers = {t["metadata"]["labels"]["corl.dev/member"]: t for t in of(objs, "Deployment", "trainer")}
+    assert sorted(trainers) == ["big", "mid", "small"]  # judge is frozen
+
+    (trainer,) = containers(trainers["big"])
+    assert trainer["command"] == ["tini", "--", "torchrun"] and trainer["image"].endswith("-gpu")
+    args = [str(a) for a in trainer["args"]]
+    assert args[: args.index("-m")] == [
+        "--standalone", "--nnodes", "1", "--nproc-per-node", "4", "--max-restarts", "0",
+    ]  # fmt: skip
+    assert container_argv(trainer)[:1] == ["train"] and arg(trainer, "--member") == "big"
+    assert int(arg(trainer, "--metrics-port")) == trainer["ports"][0]["containerPort"]
+    assert trainer["resources"] == {"requests": {"nvidia.com/gpu": 4}, "limits": {"nvidia.com/gpu": 4}}
+    shm = {v["name"]: v for v in trainers["big"]["spec"]["template"]["spec"]["volumes"]}["shm"]
+    assert shm["emptyDir"]["medium"] == "Memory"
+    assert {m["name"]: m["mountPath"] for m in trainer["volumeMounts"]}["shm"] == "/dev/shm"
+
+    (server,) = containers(servers["big"])
+    assert server["image"].endswith("-gpu") and arg(server, "--backend") == "vllm"
+    assert server["resources"] == {  # the member's own resources are kept beside the GPUs
+        "requests": {"memory": "64Gi", "nvidia.com/gpu": 4},
+        "limits": {"memory": "96Gi", "nvidia.com/gpu": 4},
+    }
+    env = {k: str(v) for k, v in env_of(server).items() if k.startswith("CORL_VLLM__")}
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    engine = ServerSettings(model_dir="/m").vllm  # what the server builds its vLLM engine from
+    assert (engine.tensor_parallel_size, engine.gpu_memory_utilization, engine.max_model_len) == (4, 0.85, 4096)
+    assert engine_kwargs("/m", engine, on_gpu=True, lora=False)["tensor_parallel_size"] == 4
+
+    (cm,) = of(objs, "ConfigMap", "config")
+    (tmp_path / "cohort.yaml").write_text(cm["data"]["cohort.yaml"])
+    cfg = load_config(tmp_path / "cohort.yaml")
+    big = cfg.member("big")
+    assert big.vllm.tensor_parallel_size == 4 and big.trainer_processes == 4
+    assert (big.vllm.gpu_memory_utilization, big.vllm.max_model_len) == (0.85, 4096)
+    assert cfg.training.distributed.strategy == "fsdp2"
+    judge, mid, small = cfg.member("judge"), cfg.member("mid"), cfg.member("small")
+    assert (judge.vllm.tensor_parallel_size, judge.trainer_processes) == (2, 1)
+    assert containers(servers["judge"])[0]["resources"]["limits"] == {"nvidia.com/gpu": 2}
+    # trainer.gpus: the trainer's own count (2 processes) while each server holds one GPU.
+    assert (mid.vllm.tensor_parallel_size, mid.trainer_processes) == (1, 2)
+    assert containers(servers["mid"])[0]["resources"]["limits"] == {"nvidia.com/gpu": 1}
+    (mid_trainer,) = containers(trainers["mid"])
+    launcher = [str(a) for a in mid_trainer["args"]]
+    assert launcher[launcher.index("--nproc-per-node") + 1] == "2"
+    assert mid_trainer["resources"]["limits"] == {"nvidia.com/gpu": 2}
+    # A member without gpus keeps the plain CPU pods.
+    assert small.backend == "transformers" and small.trainer_processes == 1 and small.vllm.tensor_parallel_size == 1
+    (small_trainer,) = containers(trainers["small"])
+    assert "command" not in small_trainer and small_trainer["args"][0] == "train"
+    assert small_trainer["image"].endswith("-cpu") and "nvidia.com/gpu" not in str(small_trainer["resources"])
+
+
+def test_values_schema_refuses_gpus_and_vllm_options_that_cannot_be_served(helm: str, tmp_path: Path) -> None:
+    vllm = {"name": "a", "model": "/m", "backend": "vllm"}
+    other = {"name": "b", "model": "/m"}
+    for bad in (
+        {**vllm, "gpus": 0},
+        {**vllm, "gpus": "4"},
+        {**other, "name": "a", "gpus": 2},  # a transformers server uses one GPU
+        {**other, "name": "a", "vllm": {"max_model_len": 4096}},  # engine options without vLLM
+        {**vllm, "gpus": 4, "vllm": {"tensor_parallel_size": 2}},  # the GPU count comes from gpus alone
+        {**vllm, "vllm": {"gpu_memory_utilization": 1.5}},
+        {**vllm, "trainer": {"gpus": -1}},
+        {"name": "a", "endpoint": {"base_url": "http://vllm:8000/v1", "model": "m"}, "gpus": 1},
+    ):
+        _assert_schema_refuses(helm, tmp_path, {"members": [bad, other]})
 
 
 def test_servers_time_limit_and_token_bound_follow_the_rounds_section(render: Render) -> None:
@@ -533,7 +632,7 @@ def test_every_corl_env_var_is_a_setting_of_the_service(render: Render, case: st
         if obj["kind"] not in ("Deployment", "StatefulSet"):
             continue
         for c in containers(obj):
-            role = role_of([str(a) for a in c.get("args", [])])
+            role = role_of(container_argv(c))
             if role is None:
                 continue
             env = {k: str(v) for k, v in env_of(c).items()}

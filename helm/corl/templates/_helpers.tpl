@@ -62,24 +62,66 @@ app.kubernetes.io/part-of: corl
 {{- default (printf "%s-auth" (include "corl.fullname" .)) .Values.auth.existingSecret -}}
 {{- end -}}
 
-{{/* Image of a member's server: the GPU tag for the vllm backend. (dict "root" $ "member" $m) */}}
-{{- define "corl.image" -}}
-{{- $root := .root -}}
-{{- $tag := default (printf "%s-cpu" $root.Chart.AppVersion) $root.Values.image.tag -}}
-{{- if and .member (eq (default "transformers" .member.backend) "vllm") -}}
-{{- $tag = default (printf "%s-gpu" $root.Chart.AppVersion) $root.Values.image.gpuTag -}}
-{{- end -}}
-{{- printf "%s:%s" $root.Values.image.repository $tag -}}
+{{/* GPUs of each of a member's server replicas: its `gpus` (0 when unset). (dict "root" $ "member" $m) */}}
+{{- define "corl.serverGpus" -}}
+{{- int (default 0 .member.gpus) -}}
 {{- end -}}
 
-{{/* Image of a member's trainer: the GPU (CUDA torch) tag when it requests an NVIDIA GPU. */}}
+{{/* GPUs of a member's trainer, one process each: its `trainer.gpus`, else the member's `gpus`. */}}
+{{- define "corl.trainerGpus" -}}
+{{- $t := default (dict) .member.trainer -}}
+{{- if hasKey $t "gpus" -}}{{- int $t.gpus -}}{{- else -}}{{- int (default 0 .member.gpus) -}}{{- end -}}
+{{- end -}}
+
+{{/* A vLLM member's engine options (corl.config.MemberVllm), as JSON: its `vllm` values and, with `gpus`,
+     tensor_parallel_size = gpus. The cohort config records them and its servers get them as
+     CORL_VLLM__<OPTION> (the model-server settings). {} for other backends. (dict "root" $ "member" $m) */}}
+{{- define "corl.memberVllm" -}}
+{{- $vllm := dict -}}
+{{- if eq (default "transformers" .member.backend) "vllm" -}}
+{{- $vllm = deepCopy (default (dict) .member.vllm) -}}
+{{- $gpus := int (include "corl.serverGpus" .) -}}
+{{- if gt $gpus 0 -}}{{- $_ := set $vllm "tensor_parallel_size" $gpus -}}{{- end -}}
+{{- end -}}
+{{- toJson $vllm -}}
+{{- end -}}
+
+{{/* A container's resources with `gpus` GPUs requested and limited (nvidia.com/gpu); 0 leaves them as
+     given. (dict "resources" $res "gpus" N) */}}
+{{- define "corl.gpuResources" -}}
+{{- $res := deepCopy (default (dict) .resources) -}}
+{{- if gt (int .gpus) 0 -}}
+{{- range $k := list "requests" "limits" -}}
+{{- $_ := set $res $k (merge (dict "nvidia.com/gpu" (int $.gpus)) (omit (default (dict) (index $res $k)) "nvidia.com/gpu")) -}}
+{{- end -}}
+{{- end -}}
+{{- toYaml $res -}}
+{{- end -}}
+
+{{- define "corl.gpuImage" -}}
+{{- printf "%s:%s" .Values.image.repository (default (printf "%s-gpu" .Chart.AppVersion) .Values.image.gpuTag) -}}
+{{- end -}}
+
+{{/* Image of a member's server: the GPU tag for the vllm backend or a member given `gpus`.
+     (dict "root" $ "member" $m) */}}
+{{- define "corl.image" -}}
+{{- $root := .root -}}
+{{- if and .member (or (eq (default "transformers" .member.backend) "vllm") (gt (int (default 0 .member.gpus)) 0)) -}}
+{{- include "corl.gpuImage" $root -}}
+{{- else -}}
+{{- printf "%s:%s" $root.Values.image.repository (default (printf "%s-cpu" $root.Chart.AppVersion) $root.Values.image.tag) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Image of a member's trainer: the GPU (CUDA torch) tag when it has GPUs (`gpus`, `trainer.gpus`, or
+     nvidia.com/gpu in its resources). */}}
 {{- define "corl.trainerImage" -}}
 {{- $root := .root -}}
 {{- $t := default (dict) .member.trainer -}}
 {{- $limits := default (dict) (default (dict) $t.resources).limits -}}
 {{- $requests := default (dict) (default (dict) $t.resources).requests -}}
-{{- if or (hasKey $limits "nvidia.com/gpu") (hasKey $requests "nvidia.com/gpu") -}}
-{{- printf "%s:%s" $root.Values.image.repository (default (printf "%s-gpu" $root.Chart.AppVersion) $root.Values.image.gpuTag) -}}
+{{- if or (hasKey $limits "nvidia.com/gpu") (hasKey $requests "nvidia.com/gpu") (gt (int (include "corl.trainerGpus" .)) 0) -}}
+{{- include "corl.gpuImage" $root -}}
 {{- else -}}
 {{- include "corl.image" (dict "root" $root) -}}
 {{- end -}}
@@ -114,8 +156,15 @@ app.kubernetes.io/part-of: corl
 {{- /* An outside OpenAI-compatible server: no pods; its key reaches the aggregator from apiKeySecret. */ -}}
 {{- $members = append $members (dict "name" .name "endpoint" (omit .endpoint "apiKeySecret") "role" "frozen") -}}
 {{- else -}}
-{{- $servers := include "corl.memberServers" (dict "root" $root "member" .) | fromJsonArray -}}
-{{- $members = append $members (dict "name" .name "model" .model "servers" $servers "role" (default "trained" .role) "backend" (default "transformers" .backend)) -}}
+{{- $ctx := dict "root" $root "member" . -}}
+{{- $servers := include "corl.memberServers" $ctx | fromJsonArray -}}
+{{- $member := dict "name" .name "model" .model "servers" $servers "role" (default "trained" .role) "backend" (default "transformers" .backend) -}}
+{{- with include "corl.memberVllm" $ctx | fromJson -}}{{- $_ := set $member "vllm" . -}}{{- end -}}
+{{- $processes := int (include "corl.trainerGpus" $ctx) -}}
+{{- if and (eq $member.role "trained") (gt $processes 1) -}}
+{{- $_ := set $member "trainer_processes" $processes -}}
+{{- end -}}
+{{- $members = append $members $member -}}
 {{- end -}}
 {{- end -}}
 {{- $cfg := dict "run_id" .Values.runId "redis_url" (include "corl.redisUrl" .) "task" .Values.task "weights_dir" (printf "%s/weights" $mount) "checkpoints_dir" (printf "%s/checkpoints" $mount) "members" $members -}}

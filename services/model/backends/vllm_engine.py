@@ -42,6 +42,12 @@ class EngineOptions(BaseModel):
     max_lora_rank: Literal[1, 8, 16, 32, 64, 128, 256, 320, 512] = 16
     max_loras: int = Field(default=2, ge=1, description="Adapters per batch: the serving one and the one draining.")
     gpu_memory_utilization: float = Field(default=0.5, gt=0.0, le=1.0)
+    tensor_parallel_size: int = Field(
+        default=1,
+        ge=1,
+        description="GPUs the engine shards the model over (one worker process each, vLLM's multiprocessing "
+        "executor on one node); a weight swap reloads every shard.",
+    )
     cpu_kv_cache_gib: int = Field(default=1, ge=1, description="VLLM_CPU_KVCACHE_SPACE (CPU only).")
     seed: int = 0
     extra: dict[str, Any] = Field(default_factory=dict)
@@ -62,6 +68,34 @@ def lora_supported(model_dir: str) -> bool:
         if cls is not None:
             return bool(supports_lora(cls))
     return False
+
+
+def engine_kwargs(model_dir: str, options: EngineOptions, *, on_gpu: bool, lora: bool) -> dict[str, Any]:
+    """The keyword arguments of vLLM's ``AsyncEngineArgs`` for these options (pure: no vLLM import).
+
+    ``tensor_parallel_size`` > 1 asks for that many devices on this node: vLLM then runs one worker per
+    GPU under its multiprocessing executor (its default when the node has the GPUs), and the swap's
+    ``collective_rpc("reload_weights")`` reaches every worker, each loading its own shard."""
+    kwargs: dict[str, Any] = {
+        "model": model_dir,
+        "dtype": options.dtype if options.dtype != "auto" or on_gpu else "float32",
+        "seed": options.seed,
+        # The log-prob of each sampled token after temperature / top-p: what sampling drew from.
+        "logprobs_mode": "processed_logprobs",
+        "enable_prefix_caching": True,
+        "enable_lora": lora,
+        "max_lora_rank": options.max_lora_rank,
+        "max_loras": options.max_loras,
+        "gpu_memory_utilization": options.gpu_memory_utilization,
+        "tensor_parallel_size": options.tensor_parallel_size,
+        "disable_log_stats": True,
+    }
+    if options.max_model_len is not None:
+        kwargs["max_model_len"] = options.max_model_len
+    twice = sorted(kwargs.keys() & options.extra.keys())
+    if twice:
+        raise ValueError(f"vLLM options {twice} are set by EngineOptions fields; remove them from extra")
+    return {**kwargs, **options.extra}
 
 
 class VLLMEngine:
@@ -117,28 +151,17 @@ class VLLMEngine:
         from vllm.v1.engine.async_llm import AsyncLLM
 
         o = self.options
-        dtype = o.dtype if o.dtype != "auto" or on_gpu else "float32"
         lora = lora_supported(self.model_dir) if o.enable_lora is None else o.enable_lora
-        extra = dict(o.extra)
-        if o.max_model_len is not None:
-            extra["max_model_len"] = o.max_model_len
-        args = AsyncEngineArgs(
-            model=self.model_dir,
-            dtype=dtype,
-            seed=o.seed,
-            # The log-prob of each sampled token after temperature / top-p: what sampling drew from.
-            logprobs_mode="processed_logprobs",
-            enable_prefix_caching=True,
-            enable_lora=lora,
-            max_lora_rank=o.max_lora_rank,
-            max_loras=o.max_loras,
-            gpu_memory_utilization=o.gpu_memory_utilization,
-            disable_log_stats=True,
-            **extra,
-        )
+        kwargs = engine_kwargs(self.model_dir, o, on_gpu=on_gpu, lora=lora)
         self.lora_enabled = lora
-        log.info("starting vLLM engine for %s (dtype %s, lora %s)", self.model_dir, dtype, lora)
-        return AsyncLLM.from_engine_args(args)
+        log.info(
+            "starting vLLM engine for %s (dtype %s, tensor parallel %d, lora %s)",
+            self.model_dir,
+            kwargs["dtype"],
+            o.tensor_parallel_size,
+            lora,
+        )
+        return AsyncLLM.from_engine_args(AsyncEngineArgs(**kwargs))
 
     async def run(self, coro: Coroutine[Any, Any, T]) -> T:
         """Await ``coro`` on the engine loop from any other loop."""

@@ -116,6 +116,5 @@ def load_sharded(path: Path, model: Any, optimizer: torch.optim.Optimizer) -> No
     from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
     model_sd, optim_sd = get_state_dict(model, optimizer)
-    loaded = {"model": model_sd, "optim": optim_sd}
-    dcp.load(loaded, checkpoint_id=path)
-    set_state_dict(model, optimizer, model_state_dict=loaded["model"], optim_state_dict=loaded["optim"])
+    dcp.load({"model": model_sd, "optim": optim_sd}, checkpoint_id=path)  # in place, into these dicts
+    set_state_dict(model, optimizer, model_state_dict=model_sd, optim_state_dict=optim_sd)

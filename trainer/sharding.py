@@ -148,7 +148,7 @@ class Sharding:
         dist.all_reduce(t, op=dist.ReduceOp.SUM)
         return dict(zip(keys, t.tolist(), strict=True))
 
-    def full_state_dict(self, model: Any) -> dict[str, torch.Tensor] | None:
+    def full_state_dict(self, model: Any) -> dict[str, Any] | None:
         """The whole model's (or adapter-wrapped model's) state dict on the leader, in CPU memory; a
         collective under fsdp2 (every rank calls it), local under ddp (every rank holds it all)."""
         if self.cfg.strategy == "ddp":

@@ -34,4 +34,3 @@ def aggregator(
     typer.echo(f"dashboard: http://{host}:{port}/dashboard")
     app = create_app(settings, config=cfg)
     RoundsHaltingServer(uvicorn.Config(app, host=host, port=port, log_config=None)).run()
-

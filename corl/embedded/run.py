@@ -27,7 +27,7 @@ from corl.services.model.settings import engine_env
 from corl.streams import group_backlog
 from corl.tracking import Outcome, Tracking, build_tracking
 
-from .processes import ChildDied, ProcessGroup, RestartPolicy, corl_command
+from .processes import ChildDied, ProcessGroup, RestartPolicy, corl_command, trainer_group_command
 from .progress import MemberSnapshot, MetricsHistory, RunSnapshot, render, summary_line
 from .resume import CONFIG_FILE, resume_line, resume_point, wait_batches_applied
 

@@ -195,7 +195,6 @@ async def test_restart_continues_from_next_round_without_duplicates_or_losses(re
         assert len({b.batch_id for b in batches}) == 6
 
 
-
 async def test_a_stop_signal_halts_the_rounds_before_uvicorn_drains_its_requests(redis_url: str) -> None:
     import signal
 
@@ -217,6 +216,7 @@ async def test_a_stop_signal_halts_the_rounds_before_uvicorn_drains_its_requests
         await asyncio.sleep(0.5)  # a running driver makes several rounds in this time
         assert svc.driver.round_state.next_round == halted_at
         assert (await client.get("/readyz")).status_code in (200, 503)  # requests are still served
+
 
 async def test_stats_and_metrics(redis_url: str) -> None:
     cfg = make_config(["a", "b", "c"], reward={"mode": "peer_agreement"})

@@ -75,7 +75,7 @@ class GroupLeader:
         try:
             self._send("stop")
         finally:
-            self.sharding.close()
+            self.policy.close()
 
 
 def follow(policy: PolicyTrainer, sharding: Sharding, checkpointer: Checkpointer) -> int:
@@ -101,7 +101,7 @@ def follow(policy: PolicyTrainer, sharding: Sharding, checkpointer: Checkpointer
             elif command != "noop":
                 raise RuntimeError(f"unknown trainer-group command {command!r}")
     finally:
-        sharding.close()
+        policy.close()
 
 
 def build_policy(

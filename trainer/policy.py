@@ -5,6 +5,7 @@ Redis, no HTTP: the loop feeds it batches; benchmarks and tests drive it directl
 from __future__ import annotations
 
 import contextlib
+import gc
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -156,7 +157,13 @@ class PolicyTrainer:
         """Nothing to keep alive in one process (a group's leader tells its followers it is there)."""
 
     def close(self) -> None:
-        """Nothing to release in one process (a group leaves its process group)."""
+        """Leave the trainer group (nothing to release in one process). The DDP wrapper goes first:
+        freed at interpreter exit it joins gloo's threads while holding the GIL they wait for."""
+        if self.sharding is None:
+            return
+        self.forward_model = self.model
+        gc.collect()
+        self.sharding.close()
 
     def _ref_logps(self, input_ids: torch.Tensor, attn: torch.Tensor, t: int, sp: SamplingSettings) -> torch.Tensor:
         kw = {

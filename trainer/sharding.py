@@ -91,7 +91,9 @@ class Sharding:
         log.info("rank %d of %d joined the %s group (%s)", self.rank, self.world, self.cfg.strategy, backend)
 
     def close(self) -> None:
+        """Leave the group once every rank is done with it (a rank's last collective may still run)."""
         if dist.is_initialized():
+            dist.barrier()
             dist.destroy_process_group()
 
     # -- the model ---------------------------------------------------------------------------------
@@ -156,7 +158,12 @@ class Sharding:
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
         sd = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-        return sd if self.leader else None
+        if not self.leader:
+            return None
+        # A tied weight (GPT-2's lm_head is its embedding) comes back as a second, separate tensor;
+        # save_pretrained writes it once, as it does for an unsharded model.
+        own = {n for n, _ in model.named_parameters()} | {n for n, _ in model.named_buffers()}
+        return {k: v for k, v in sd.items() if k in own}
 
     # -- the command channel -----------------------------------------------------------------------
 

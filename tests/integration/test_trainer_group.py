@@ -42,7 +42,9 @@ def write_batch(model_dir: Path, out: Path, max_tokens: int = 6) -> Path:
     return path
 
 
-def write_config(model_dir: Path, out: Path, strategy: str, loss_type: str, micro_batch: int) -> Path:
+def write_config(
+    model_dir: Path, out: Path, strategy: str, loss_type: str, micro_batch: int, lora: bool = False
+) -> Path:
     cfg: dict[str, Any] = {
         "run_id": "group-parity",
         "members": [
@@ -55,6 +57,7 @@ def write_config(model_dir: Path, out: Path, strategy: str, loss_type: str, micr
             "micro_batch_size": micro_batch,
             "grad_clip": 1e9,  # gradients compared as computed, not clipped
             "distributed": {"strategy": strategy},
+            "lora": {"r": 4, "alpha": 8} if lora else None,
         },
     }
     path = out / f"{strategy}-{loss_type}.yaml"
@@ -89,15 +92,30 @@ def assert_same_update(one: Path, group: Path, start: dict[str, torch.Tensor]) -
     # with the wrong rows or a wrong scale is off by its whole share (tens of percent).
     diff = sum(float(((tg[f"grad/{n}"] - t1[f"grad/{n}"]) ** 2).sum()) for n in s1["names"]) ** 0.5
     assert diff < 1e-4 * s1["grad_norm"], f"gradients differ by {diff / s1['grad_norm']:.2e} of their norm"
+    moved = False
     for name in s1["names"]:
         g1, gg = t1[f"grad/{name}"], tg[f"grad/{name}"]
         torch.testing.assert_close(gg, g1, rtol=1e-3, atol=2e-4 * float(g1.abs().max()) + 1e-12, msg=name)
         # Adam's first step moves each weight by about lr * sign(grad): the new weights agree except
         # where a gradient is within float noise of zero.
-        d1, dg = t1[f"weight/{name}"] - start[name], tg[f"weight/{name}"] - start[name]
+        before = start.get(name.replace("base_model.model.", "").replace(".base_layer", ""))
+        if before is None:  # a LoRA adapter's weight: compared against its one-process twin alone
+            before = t1[f"weight/{name}"] * 0
+        d1, dg = t1[f"weight/{name}"] - before, tg[f"weight/{name}"] - before
+        moved = moved or bool(d1.abs().max() > 0)
         off = ((d1 - dg).abs() > 0.1 * LR).float().mean()
         assert off < 1e-3, f"{name}: {float(off):.2%} of the weights moved differently"
-    assert any(bool((t1[f"weight/{n}"] != start[n]).any()) for n in s1["names"]), "the update changed nothing"
+    assert moved, "the update changed nothing"
+    # Published the same: the group gathers its shards (or the adapter) and rank 0 writes them.
+    [p1], [pg] = (list((d / "weights" / "a").glob("v*")) for d in (one, group))
+    files = sorted(f.name for f in p1.glob("*.safetensors"))
+    assert files and files == sorted(f.name for f in pg.glob("*.safetensors"))
+    for f in files:
+        w1, wg = load_file(p1 / f), load_file(pg / f)
+        assert w1.keys() == wg.keys()
+        for k in w1:
+            off = ((w1[k] - wg[k]).abs() > 0.1 * LR).float().mean()
+            assert off < 1e-3, f"published {k}: {float(off):.2%} differ"
 
 
 def initial_weights(model_dir: Path) -> dict[str, torch.Tensor]:
@@ -107,9 +125,11 @@ def initial_weights(model_dir: Path) -> dict[str, torch.Tensor]:
     return {n: p.detach().clone() for n, p in model.named_parameters()}
 
 
-def check_parity(model_dir: Path, tmp_path: Path, strategy: str, loss_type: str, micro_batch: int) -> None:
+def check_parity(
+    model_dir: Path, tmp_path: Path, strategy: str, loss_type: str, micro_batch: int, lora: bool = False
+) -> None:
     batch = write_batch(model_dir, tmp_path)
-    config = write_config(model_dir, tmp_path, strategy, loss_type, micro_batch)
+    config = write_config(model_dir, tmp_path, strategy, loss_type, micro_batch, lora)
     one_process_step(config, "a", batch, tmp_path / "one")
     group_step(config, batch, tmp_path / "group")
     assert_same_update(tmp_path / "one", tmp_path / "group", initial_weights(model_dir))
@@ -122,6 +142,13 @@ def test_a_two_rank_group_takes_the_single_process_update_tiny(
 ) -> None:
     # 16 rows in micro-batches of 6: three micro-batches, two on rank 0 and one (+ a stand-in) on rank 1.
     check_parity(tiny_model_dir, tmp_path, strategy, loss_type, micro_batch=6)
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp2"])
+def test_a_two_rank_group_trains_and_publishes_a_lora_adapter_like_one_process(
+    tiny_model_dir: Path, tmp_path: Path, strategy: str
+) -> None:
+    check_parity(tiny_model_dir, tmp_path, strategy, "dr_grpo", micro_batch=6, lora=True)
 
 
 @pytest.mark.slow

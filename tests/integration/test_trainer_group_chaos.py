@@ -5,7 +5,6 @@ reused. Stopped with SIGTERM, it checkpoints, and a new group resumes at the sam
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import time
@@ -16,7 +15,7 @@ from pathlib import Path
 import psutil
 import pytest
 import redis
-from test_trainer_helpers import applied_ids, make_batches, make_config, xadd
+from test_trainer_helpers import applied_ids, make_batches, make_config, start_trainer, xadd
 
 from corl import redis_keys
 from corl.config import dump_config
@@ -29,17 +28,7 @@ N_BATCHES = 10
 
 
 def _start(config: Path, *extra: str) -> subprocess.Popen[bytes]:
-    env = {
-        **os.environ,
-        "CORL_TRAINER_CONSUMER": "c1",
-        "CORL_TRAINER_BLOCK_MS": "100",
-        "CORL_TRAINER_THREADS": "1",
-        "OMP_NUM_THREADS": "1",
-        "CORL_LOG_LEVEL": "INFO",
-    }
-    log = open(config.parent / "trainer.log", "ab")  # noqa: SIM115 - the child owns it
-    cmd = trainer_group_command(2, "train", "--config", str(config), "--member", "a", *extra)
-    return subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    return start_trainer(config, trainer_group_command(2, "train", "--config", str(config), "--member", "a", *extra))
 
 
 def _log(config: Path) -> str:

@@ -3,6 +3,8 @@ graded batches made by really sampling from it, so token ids and log-probs are t
 
 from __future__ import annotations
 
+import os
+import subprocess
 from pathlib import Path
 
 import redis
@@ -85,3 +87,18 @@ def pending_count(client: redis.Redis, run_id: str, member: str = "a") -> int:
 
 def applied_ids(client: redis.Redis, run_id: str, member: str = "a") -> set[str]:
     return {x.decode() for x in client.smembers(redis_keys.trainer_applied(run_id, member))}
+
+
+def start_trainer(config: Path, cmd: list[str]) -> subprocess.Popen[bytes]:
+    """``cmd`` (a ``corl train`` of member ``a``, one process or a group) as the chaos tests run it:
+    a fixed consumer name, short blocking reads, one thread, its output appended to ``trainer.log``."""
+    env = {
+        **os.environ,
+        "CORL_TRAINER_CONSUMER": "c1",
+        "CORL_TRAINER_BLOCK_MS": "100",
+        "CORL_TRAINER_THREADS": "1",
+        "OMP_NUM_THREADS": "1",
+        "CORL_LOG_LEVEL": "INFO",
+    }
+    log = open(config.parent / "trainer.log", "ab")  # noqa: SIM115 - the child owns it
+    return subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)

@@ -3,7 +3,6 @@ twice, and never reuses a weight version."""
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import time
@@ -13,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import redis
-from test_trainer_helpers import applied_ids, make_batches, make_config, xadd
+from test_trainer_helpers import applied_ids, make_batches, make_config, start_trainer, xadd
 
 from corl import redis_keys
 from corl.config import dump_config
@@ -24,21 +23,7 @@ N_BATCHES = 12
 
 
 def _start(config: Path, *extra: str) -> subprocess.Popen[bytes]:
-    env = {
-        **os.environ,
-        "CORL_TRAINER_CONSUMER": "c1",
-        "CORL_TRAINER_BLOCK_MS": "100",
-        "CORL_TRAINER_THREADS": "1",
-        "OMP_NUM_THREADS": "1",
-        "CORL_LOG_LEVEL": "INFO",
-    }
-    log = open(config.parent / "trainer.log", "ab")  # noqa: SIM115 - the child owns it
-    return subprocess.Popen(
-        corl_command("train", "--config", str(config), "--member", "a", *extra),
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
+    return start_trainer(config, corl_command("train", "--config", str(config), "--member", "a", *extra))
 
 
 def _published(client: redis.Redis, run_id: str) -> int:

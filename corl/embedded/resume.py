@@ -48,7 +48,8 @@ def config_changes(before: CohortConfig, now: CohortConfig) -> list[str]:
     """What changed between the run's config and the one given now that the run's stored state
     cannot follow: its id (its Redis keys), the members (names, models, roles: their streams,
     checkpoints and weights), the task and its prompts (the prompt cursor), the reward mode and
-    LoRA on or off (the checkpoints' layout). Anything else (rounds, evaluation, learning rates)
+    LoRA on or off and the size of a member's trainer group (the checkpoints' layout: a group resumes
+    from its sharded checkpoints at the size that wrote them). Anything else (rounds, evaluation, learning rates)
     may change between starts."""
     changes: list[str] = []
     if before.run_id != now.run_id:
@@ -59,7 +60,7 @@ def config_changes(before: CohortConfig, now: CohortConfig) -> list[str]:
     if added := [n for n in new if n not in old]:
         changes.append(f"members added: {', '.join(added)}")
     for name in (n for n in old if n in new):
-        for field in ("model", "role"):
+        for field in ("model", "role", "trainer_processes"):
             a, b = getattr(old[name], field), getattr(new[name], field)
             if a != b:
                 changes.append(f"member {name} {field}: {a} -> {b}")

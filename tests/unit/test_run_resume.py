@@ -30,6 +30,7 @@ def config(**changes: object) -> CohortConfig:
         ({"members": [MEMBERS[0], {**MEMBERS[1], "name": "c"}]}, ["members removed: b", "members added: c"]),
         ({"members": [MEMBERS[0], {**MEMBERS[1], "model": "/m/other"}]}, ["member b model: /m/b -> /m/other"]),
         ({"members": [MEMBERS[0], {**MEMBERS[1], "role": "frozen"}]}, ["member b role: trained -> frozen"]),
+        ({"members": [MEMBERS[0], {**MEMBERS[1], "trainer_processes": 2}]}, ["member b trainer_processes: 1 -> 2"]),
         ({"task": {"name": "math", "source": "packaged:gsm8k"}}, ["task.name: addition -> math", "task.source"]),
         ({"reward": {"mode": "peer_label"}}, ["reward.mode: self_vote -> peer_label"]),
         ({"run_id": "r2"}, ["run_id: r1 -> r2"]),

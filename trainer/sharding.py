@@ -111,6 +111,9 @@ class Sharding:
         dtype = {"none": None, "bf16": torch.bfloat16, "fp16": torch.float16}[self.cfg.mixed_precision]
         kw: dict[str, Any] = {"mp_policy": MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32)}
         if self.cfg.cpu_offload:
+            if device.type != "cuda":
+                raise ValueError("training.distributed.cpu_offload keeps a GPU group's shards in CPU memory: "
+                                 "this group computes on the CPU already")  # fmt: skip
             kw["offload_policy"] = CPUOffloadPolicy()
         for layer in decoder_layers(model):
             fully_shard(layer, **kw)

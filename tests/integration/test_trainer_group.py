@@ -43,7 +43,7 @@ def write_batch(model_dir: Path, out: Path, max_tokens: int = 6) -> Path:
 
 
 def write_config(
-    model_dir: Path, out: Path, strategy: str, loss_type: str, micro_batch: int, lora: bool = False
+    model_dir: Path, out: Path, strategy: str, loss_type: str, micro_batch: int, lora: bool = False, **distributed: Any
 ) -> Path:
     cfg: dict[str, Any] = {
         "run_id": "group-parity",
@@ -56,7 +56,7 @@ def write_config(
             "loss_type": loss_type,
             "micro_batch_size": micro_batch,
             "grad_clip": 1e9,  # gradients compared as computed, not clipped
-            "distributed": {"strategy": strategy},
+            "distributed": {"strategy": strategy, **distributed},
             "lora": {"r": 4, "alpha": 8} if lora else None,
         },
     }
@@ -149,6 +149,18 @@ def test_a_two_rank_group_trains_and_publishes_a_lora_adapter_like_one_process(
     tiny_model_dir: Path, tmp_path: Path, strategy: str
 ) -> None:
     check_parity(tiny_model_dir, tmp_path, strategy, "dr_grpo", micro_batch=6, lora=True)
+
+
+def test_fsdp2_in_bf16_mixed_precision_stays_near_the_fp32_update(tiny_model_dir: Path, tmp_path: Path) -> None:
+    batch = write_batch(tiny_model_dir, tmp_path)
+    one_process_step(write_config(tiny_model_dir, tmp_path, "ddp", "grpo", 6), "a", batch, tmp_path / "one")
+    group_step(
+        write_config(tiny_model_dir, tmp_path, "fsdp2", "grpo", 6, mixed_precision="bf16"), batch, tmp_path / "bf16"
+    )
+    (s1, t1), (sb, tb) = read(tmp_path / "one"), read(tmp_path / "bf16")
+    assert sb["grad_norm"] == pytest.approx(s1["grad_norm"], rel=2e-2)  # bf16 forward, fp32 reduction
+    diff = sum(float(((tb[f"grad/{n}"] - t1[f"grad/{n}"]) ** 2).sum()) for n in s1["names"]) ** 0.5
+    assert 0 < diff < 5e-2 * s1["grad_norm"]  # close, and not fp32 (the policy took effect)
 
 
 @pytest.mark.slow

@@ -4,7 +4,6 @@ A screenshot lands in ``$CORL_TEST_ARTIFACTS`` (default: the test's tmp dir)."""
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
@@ -20,6 +19,7 @@ from live_aggregator import serve
 from test_aggregator import ADMIN, make_config, sync_redis
 
 from corl import redis_keys as keys
+from corl.proto import HeldoutAccuracy
 from corl.services.aggregator import AggregatorSettings, create_app
 from corl.services.aggregator.testing import FakeCohort, FakeMember
 
@@ -56,7 +56,8 @@ def live_aggregator(redis_url: str) -> Iterator[tuple[str, str]]:
         rec = {"smollm": (0.81, ROUNDS), "gemma": (0.55, ROUNDS - 1)}
         r = sync_redis(redis_url)
         for m, (acc, ver) in rec.items():
-            r.hset(keys.heldout_accuracy(cfg.run_id), m, json.dumps({"accuracy": acc, "weight_version": ver}))
+            reading = HeldoutAccuracy(accuracy=acc, weight_version=ver, at=time.time())  # as the evaluator writes it
+            r.hset(keys.heldout_accuracy(cfg.run_id), m, reading.model_dump_json())
         yield url, cfg.run_id
 
 

@@ -17,6 +17,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from corl.config import CohortConfig
 from corl.proto import GradedBatch
 
@@ -123,8 +125,6 @@ def build_policy(
 def run_follower(cfg: CohortConfig, member: str, settings: TrainerSettings, sharding: Sharding) -> int:
     """A follower rank's whole life: load the member (and the group's newest checkpoint), then follow."""
     if settings.threads:
-        import torch
-
         torch.set_num_threads(settings.threads)
     checkpointer = Checkpointer(cfg.checkpoints_dir, member, keep=settings.keep_checkpoints)
     policy = build_policy(cfg, member, settings, checkpointer.latest(), sharding)

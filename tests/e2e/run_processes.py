@@ -3,11 +3,14 @@ a run leaves behind."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import time
 from pathlib import Path
 
 import psutil
+import redis
+import yaml
 
 from corl.embedded.processes import corl_command
 
@@ -61,3 +64,20 @@ def start_run(cohort: Path, run_dir: Path, rounds: int, *extra: str) -> subproce
         assert time.monotonic() < deadline, "corl run did not get its services healthy"
         time.sleep(0.5)
     return proc
+
+
+def run_state(run_dir: Path, key: str, field: str) -> int:
+    """An integer field of a hash in the run's own Redis (0 while it is missing or Redis does not answer)."""
+    url = yaml.safe_load((run_dir / "cohort.yaml").read_text())["redis_url"]
+    client = redis.Redis.from_url(url, socket_timeout=2.0)
+    try:
+        return int(client.hget(key, field) or 0)
+    except redis.RedisError:
+        return 0
+    finally:
+        client.close()
+
+
+def published_versions(log: Path, member: str) -> list[int]:
+    """Versions the member's trainer published, in order, over every start (the log is appended)."""
+    return [int(v) for v in re.findall(rf"published {member} version (\d+)", log.read_text())]

@@ -14,8 +14,7 @@ from pathlib import Path
 
 import pytest
 import redis
-import yaml
-from run_processes import corl, leftovers, start_run
+from run_processes import corl, leftovers, published_versions, run_state, start_run
 
 from corl import redis_keys
 from corl.redis_server import LocalRedis
@@ -31,14 +30,7 @@ RUN_ID = "embedded"  # the run id of a run started without --config
 
 def committed_rounds(run_dir: Path) -> int:
     """The aggregator's durable round counter, read from the run's own Redis."""
-    url = yaml.safe_load((run_dir / "cohort.yaml").read_text())["redis_url"]
-    client = redis.Redis.from_url(url, socket_timeout=2.0)
-    try:
-        return int(client.hget(redis_keys.round_state(RUN_ID), "next_round") or 0)
-    except redis.RedisError:
-        return 0
-    finally:
-        client.close()
+    return run_state(run_dir, redis_keys.round_state(RUN_ID), "next_round")
 
 
 def stop_at_round(proc: subprocess.Popen[str], run_dir: Path, how: str) -> None:
@@ -55,11 +47,6 @@ def stop_at_round(proc: subprocess.Popen[str], run_dir: Path, how: str) -> None:
             except ProcessLookupError:
                 pass
     proc.communicate(timeout=120)
-
-
-def published_versions(log: Path, member: str) -> list[int]:
-    """Versions the member's trainer published, in order, over every start (the log is appended)."""
-    return [int(v) for v in re.findall(rf"published {member} version (\d+)", log.read_text())]
 
 
 @pytest.mark.parametrize("how", ["sigterm", "kill9"])

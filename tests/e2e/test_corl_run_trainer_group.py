@@ -14,7 +14,7 @@ import psutil
 import pytest
 import redis
 import yaml
-from run_processes import leftovers
+from run_processes import leftovers, published_versions, run_state
 
 from corl import redis_keys
 from corl.embedded.config import cohort_members
@@ -42,14 +42,7 @@ def group_rank(member: str, rank: int) -> psutil.Process | None:
 
 
 def published(run_dir: Path, member: str) -> int:
-    url = yaml.safe_load((run_dir / "cohort.yaml").read_text())["redis_url"]
-    client = redis.Redis.from_url(url, socket_timeout=2.0)
-    try:
-        return int(client.hget(redis_keys.trainer_state("group", member), "published_version") or 0)
-    except redis.RedisError:
-        return 0
-    finally:
-        client.close()
+    return run_state(run_dir, redis_keys.trainer_state("group", member), "published_version")
 
 
 def test_a_trainer_group_trains_swaps_and_survives_a_killed_rank(cohort: Path, tmp_path: Path) -> None:
@@ -93,10 +86,7 @@ def test_a_trainer_group_trains_swaps_and_survives_a_killed_rank(cohort: Path, t
     state = Checkpointer.load_state(state_dir)
     assert state.applied == [batch_id("group", r, GROUP) for r in range(ROUNDS)]  # no gap, no repeat
     assert state.step == ROUNDS
-    log = (run_dir / "logs" / f"trainer-{GROUP}.log").read_text()
-    versions = [
-        int(line.rsplit("version ", 1)[1].split()[0]) for line in log.splitlines() if "published gpt2 version" in line
-    ]
+    versions = published_versions(run_dir / "logs" / f"trainer-{GROUP}.log", GROUP)
     assert versions == sorted(set(versions)) and versions[-1] == state.weight_version
     # The server swapped to the group's newest version.
     history = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]

@@ -15,7 +15,7 @@ from pathlib import Path
 import psutil
 import pytest
 import redis
-from test_trainer_helpers import applied_ids, make_batches, make_config, start_trainer, xadd
+from test_trainer_helpers import applied_ids, make_batches, make_config, published_version, start_trainer, xadd
 
 from corl import redis_keys
 from corl.config import dump_config
@@ -35,11 +35,6 @@ def _log(config: Path) -> str:
     return (config.parent / "trainer.log").read_text()[-4000:]
 
 
-def _published(client: redis.Redis, run_id: str) -> int:
-    v = client.hget(redis_keys.trainer_state(run_id, "a"), "published_version")
-    return int(v) if v else 0
-
-
 def _rank(group: subprocess.Popen[bytes], rank: int) -> psutil.Process:
     for child in psutil.Process(group.pid).children(recursive=True):
         try:
@@ -52,7 +47,7 @@ def _rank(group: subprocess.Popen[bytes], rank: int) -> psutil.Process:
 
 def _wait_published(proc: subprocess.Popen[bytes], client: redis.Redis, run_id: str, n: int, config: Path) -> None:
     deadline = time.monotonic() + 240
-    while _published(client, run_id) < n:
+    while published_version(client, run_id) < n:
         assert proc.poll() is None, _log(config)
         assert time.monotonic() < deadline, "the group made no progress:\n" + _log(config)
         time.sleep(0.05)
@@ -78,7 +73,7 @@ def test_sigkill_of_rank_1_stops_the_group_and_the_restart_loses_nothing(
     _wait_published(group, client, run_id, 4, config)  # past the step-3 checkpoint: unacked work in memory
     _rank(group, 1).kill()
     assert group.wait(120) != 0, "torchrun must report the group's failure (the run's restart policy acts on it)"
-    before = _published(client, run_id)
+    before = published_version(client, run_id)
     ckpt = Checkpointer(cfg.checkpoints_dir, "a").latest()
     assert ckpt is not None and is_sharded_checkpoint(ckpt)
     killed = Checkpointer.load_state(ckpt)
@@ -96,7 +91,7 @@ def test_sigkill_of_rank_1_stops_the_group_and_the_restart_loses_nothing(
     assert final.step == N_BATCHES and sorted(final.applied) == sorted(produced.values())
     assert applied_ids(client, run_id) == set(produced.values())
     assert client.xpending(redis_keys.batches_stream(run_id, "a"), redis_keys.TRAINER_GROUP)["pending"] == 0
-    assert final.weight_version == _published(client, run_id) > before
+    assert final.weight_version == published_version(client, run_id) > before
 
 
 def test_a_stopped_group_resumes_at_the_same_step(tmp_path: Path, tiny_model_dir: Path, redis_url: str) -> None:
@@ -111,7 +106,7 @@ def test_a_stopped_group_resumes_at_the_same_step(tmp_path: Path, tiny_model_dir
     ckpt = Checkpointer(cfg.checkpoints_dir, "a").latest()
     assert ckpt is not None and is_sharded_checkpoint(ckpt)
     stopped = Checkpointer.load_state(ckpt)
-    assert 3 <= stopped.step < N_BATCHES and stopped.weight_version == _published(client, run_id)
+    assert 3 <= stopped.step < N_BATCHES and stopped.weight_version == published_version(client, run_id)
 
     group = _start(config, "--max-steps", str(stopped.step))  # resumes, finds the step reached, stops
     assert group.wait(300) == 0, _log(config)

@@ -102,3 +102,9 @@ def start_trainer(config: Path, cmd: list[str]) -> subprocess.Popen[bytes]:
     }
     log = open(config.parent / "trainer.log", "ab")  # noqa: SIM115 - the child owns it
     return subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def published_version(client: redis.Redis, run_id: str, member: str = "a") -> int:
+    """The newest weight version the member's trainer recorded in Redis (0: none yet)."""
+    v = client.hget(redis_keys.trainer_state(run_id, member), "published_version")
+    return int(v) if v else 0

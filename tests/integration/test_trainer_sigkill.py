@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import redis
-from test_trainer_helpers import applied_ids, make_batches, make_config, start_trainer, xadd
+from test_trainer_helpers import applied_ids, make_batches, make_config, published_version, start_trainer, xadd
 
 from corl import redis_keys
 from corl.config import dump_config
@@ -24,11 +24,6 @@ N_BATCHES = 12
 
 def _start(config: Path, *extra: str) -> subprocess.Popen[bytes]:
     return start_trainer(config, corl_command("train", "--config", str(config), "--member", "a", *extra))
-
-
-def _published(client: redis.Redis, run_id: str) -> int:
-    v = client.hget(redis_keys.trainer_state(run_id, "a"), "published_version")
-    return int(v) if v else 0
 
 
 def _check_applied_or_pending(client: redis.Redis, run_id: str, produced: dict[str, str]) -> tuple[set, set]:
@@ -64,13 +59,13 @@ def test_sigkill_mid_run_then_restart(
 
     proc = _start(config)
     deadline = time.monotonic() + 180
-    while _published(client, run_id) < 4:  # step 4 is past the step-3 checkpoint: unacked work in memory
+    while published_version(client, run_id) < 4:  # step 4 is past the step-3 checkpoint: unacked work in memory
         assert proc.poll() is None, (tmp_path / "trainer.log").read_text()[-3000:]
         assert time.monotonic() < deadline, "trainer made no progress"
         time.sleep(0.01)
     proc.send_signal(signal.SIGKILL)
     proc.wait(30)
-    before = _published(client, run_id)
+    before = published_version(client, run_id)
     acked, unacked = _check_applied_or_pending(client, run_id, produced)
     assert unacked, "the kill landed after every batch was done: nothing was tested"
     ckpt = Checkpointer(cfg.checkpoints_dir, "a").latest()
@@ -96,7 +91,7 @@ def test_sigkill_mid_run_then_restart(
     # Exactly once: one step per batch in the surviving lineage, each id once.
     assert final.step == N_BATCHES and sorted(final.applied) == sorted(produced.values())
     # Versions kept increasing across the kill: the restart published above everything seen before.
-    after = _published(client, run_id)
+    after = published_version(client, run_id)
     assert final.weight_version == after > before
     assert after >= before + (N_BATCHES - killed_state.step)
     log = (tmp_path / "trainer.log").read_text()
@@ -113,7 +108,7 @@ def test_sigterm_flushes_and_exits_cleanly(tmp_path: Path, tiny_model_dir: Path,
     produced = {xadd(client, b): b.batch_id for b in make_batches(tiny_model_dir, run_id, 6)}
     proc = _start(config)
     deadline = time.monotonic() + 180
-    while _published(client, run_id) < 2:
+    while published_version(client, run_id) < 2:
         assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "trainer.log").read_text()[-3000:]
         time.sleep(0.01)
     proc.send_signal(signal.SIGTERM)
@@ -122,4 +117,4 @@ def test_sigterm_flushes_and_exits_cleanly(tmp_path: Path, tiny_model_dir: Path,
     stream = redis_keys.batches_stream(run_id, "a")
     assert client.xpending(stream, redis_keys.TRAINER_GROUP)["pending"] == 0  # everything it took is durable
     state = Checkpointer.load_state(Checkpointer(cfg.checkpoints_dir, "a").latest())  # type: ignore[arg-type]
-    assert state.step == len(acked) >= 2 and state.weight_version == _published(client, run_id)
+    assert state.step == len(acked) >= 2 and state.weight_version == published_version(client, run_id)

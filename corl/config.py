@@ -21,6 +21,7 @@ from .config_reward import JudgeConfig as JudgeConfig  # the reward section, re-
 from .config_reward import ReliabilityConfig as ReliabilityConfig
 from .config_reward import RewardConfig
 from .config_reward import VoteConfig as VoteConfig
+from .config_sandbox import SandboxConfig
 from .config_scale import DistributedConfig as DistributedConfig  # members larger than one device
 from .config_scale import MemberVllm
 from .config_tracking import TrackingConfig
@@ -213,6 +214,7 @@ class CohortConfig(_Section):
     reward: RewardConfig = RewardConfig()
     training: TrainingConfig = TrainingConfig()
     tracking: TrackingConfig = TrackingConfig()
+    sandbox: SandboxConfig = SandboxConfig()
 
     @field_validator("task", mode="before")
     @classmethod

@@ -56,6 +56,7 @@ class RewardConfig(_Section):
     )
     threshold: float = Field(default=0.0, ge=0.0, le=1.0, description="Min plurality share for a pseudo-label.")
     topology: Literal["all", "ring"] = "all"
+    p: float = Field(default=0.5, ge=0.0, le=1.0, description="random control: each sample's chance of reward 1.")
     votes: VoteConfig = VoteConfig()
     judge: JudgeConfig = JudgeConfig()
     reliability: ReliabilityConfig = ReliabilityConfig()

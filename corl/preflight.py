@@ -192,6 +192,7 @@ def check(cfg: CohortConfig, run_dir: Path, *, trainers: bool = True, memory_ava
     """Every member's model must exist (``PreflightError`` names the first that does not); the
     processes of a run (``trainers=False``: servers only, as ``corl eval`` starts) are estimated."""
     endpoint_keys(cfg)
+    sandbox_ready(cfg)
     served = cfg.served_members()  # an outside endpoint runs elsewhere: it needs nothing of this machine
     shapes = {m.name: model_shape(m.model_path()) for m in served}
     needs = [server_need(m, shapes[m.name], cfg) for m in served]
@@ -203,6 +204,20 @@ def check(cfg: CohortConfig, run_dir: Path, *, trainers: bool = True, memory_ava
         disk_needed=disk_need(cfg, shapes) if trainers else 0,
         disk_available=shutil.disk_usage(_existing(run_dir)).free,
     )
+
+
+def sandbox_ready(cfg: CohortConfig) -> None:
+    """A task that runs programs needs the sandbox's jail here (``PreflightError`` says what is missing),
+    unless the config allows the insecure launcher."""
+    from corl.sandbox import SandboxUnavailable, require_sandbox
+    from corl.tasks import get_task
+
+    if not get_task(cfg.task.name).runs_code or cfg.sandbox.allow_insecure:
+        return
+    try:
+        require_sandbox()
+    except SandboxUnavailable as err:
+        raise PreflightError(str(err)) from None
 
 
 def endpoint_keys(cfg: CohortConfig) -> None:

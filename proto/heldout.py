@@ -13,6 +13,15 @@ class HeldoutAccuracy(WireModel):
 
     accuracy: float = Field(ge=0.0, le=1.0, description="Share of the held-out problems answered right (greedy).")
     weight_version: int = Field(ge=0, description="Weight version the server answered with.")
+    parsed: float | None = Field(
+        default=None,
+        ge=0.0,
+        le=1.0,
+        description="Share of the greedy answers the task's reader takes (None: not read).",
+    )
+    formatted: float | None = Field(
+        default=None, ge=0.0, le=1.0, description="Share of the greedy answers in the form the task asks for."
+    )
     at: float = Field(description="Unix time the reading was taken.")
 
 

@@ -13,5 +13,7 @@ RewardModeName = Literal[
     "peer_judge",
     "self_vote",
     "ground_truth",
+    "random",
+    "format",
     "none",
 ]

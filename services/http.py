@@ -20,6 +20,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from corl.prometheus import MetricSet
 from corl.proto import ErrorDetail, ErrorResponse, ErrorType, HealthResponse
+from corl.sandbox import SandboxUnavailable
 
 from .errors import ServiceError, UnauthorizedError
 
@@ -93,9 +94,14 @@ async def _internal(request: Request, exc: Exception) -> JSONResponse:
     return error_response(500, "internal", f"internal error: {type(exc).__name__}")
 
 
+async def _sandbox_unavailable(_: Request, exc: Exception) -> JSONResponse:
+    return error_response(503, "unavailable", str(exc))  # the host cannot isolate code: fail closed, say why
+
+
 def install_error_handlers(app: FastAPI) -> None:
     """Every error a route can produce leaves in the one shape; never a bare 500 for bad input."""
     app.add_exception_handler(ServiceError, _service_error)
+    app.add_exception_handler(SandboxUnavailable, _sandbox_unavailable)
     app.add_exception_handler(RequestValidationError, _validation)
     app.add_exception_handler(StarletteHTTPException, _http)
     app.add_exception_handler(Exception, _internal)
@@ -107,6 +113,11 @@ def install_error_handlers(app: FastAPI) -> None:
 # Published as OpenAPI security schemes, so clients (and the fuzzer) know which token each route takes.
 admin_bearer = HTTPBearer(
     auto_error=False, scheme_name="admin", description="The service's admin token (CORL_ADMIN_TOKEN)."
+)
+cohort_bearer = HTTPBearer(
+    auto_error=False,
+    scheme_name="cohort",
+    description="The cohort token (CORL_COHORT_TOKEN): generate, grade, the OpenAI routes, the evaluator's readings.",
 )
 grader_bearer = HTTPBearer(
     auto_error=False, scheme_name="grader", description="A grader's token, returned once by POST /v1/graders."
@@ -134,6 +145,22 @@ def check_admin(token: str, admin_token: str | None) -> None:
 async def require_admin(request: Request, credentials: Annotated[Credentials, Depends(admin_bearer)]) -> None:
     """Route dependency: the app's ``state.admin_token`` must be presented."""
     check_admin(bearer_token(credentials), request.app.state.admin_token)
+
+
+async def require_cohort(request: Request, credentials: Annotated[Credentials, Depends(cohort_bearer)]) -> None:
+    """Route dependency: the app's ``state.cohort_token`` must be presented when the service has one
+    (``corl run``, compose and Helm always set one; a standalone server without it is open)."""
+    expected: str | None = getattr(request.app.state, "cohort_token", None)
+    if not expected:
+        return
+    token = bearer_token(credentials)
+    if not hmac.compare_digest(token.encode(), expected.encode()):
+        raise UnauthorizedError("wrong cohort token")
+
+
+def bearer_headers(token: str | None) -> dict[str, str]:
+    """``Authorization`` for a corl client that talks to a service guarded by ``token`` (none: no header)."""
+    return {"Authorization": f"Bearer {token}"} if token else {}
 
 
 # --- operational routes ------------------------------------------------------------------------

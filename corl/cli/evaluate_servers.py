@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import secrets
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -34,6 +36,7 @@ def eval_through_servers(
     from corl.embedded.evaluate import ServerEval, evaluate_server
     from corl.embedded.processes import ChildDied, ProcessGroup, exit_on_sigterm
     from corl.embedded.run import start_model_servers
+    from corl.services.http import bearer_headers
     from corl.tasks import get_task
 
     from .config_file import read_config
@@ -56,7 +59,10 @@ def eval_through_servers(
         # Servers only: no Redis is contacted, the URL just fills the config.
         cfg = embedded_config(run_dir, run_dir, PLANNED_REDIS_URL, base=base)
         run_preflight(cfg, run_dir, console, force=force, memory=memory, trainers=False)
-        group = ProcessGroup(run_dir / "logs", env={"CORL_LOG_LEVEL": "WARNING"})
+        token = os.environ.get("CORL_COHORT_TOKEN") or secrets.token_urlsafe(24)  # its servers, its client only
+        group = ProcessGroup(
+            run_dir / "logs", env={"CORL_LOG_LEVEL": "WARNING", "CORL_COHORT_TOKEN": token, **cfg.sandbox.env()}
+        )
         served = cfg.served_members()
         outside = [m.name for m in cfg.members if m.endpoint is not None]
         if outside:
@@ -73,7 +79,10 @@ def eval_through_servers(
                 TimeRemainingColumn(),
             )
             timeout = httpx.Timeout(max(600.0, base.rounds.request_timeout_s), connect=5.0)
-            with Progress(*columns, console=console) as progress, httpx.Client(timeout=timeout) as http:
+            with (
+                Progress(*columns, console=console) as progress,
+                httpx.Client(timeout=timeout, headers=bearer_headers(token)) as http,
+            ):
                 bars = {m.name: progress.add_task(m.name, total=per_member) for m in served}
 
                 done = dict.fromkeys(bars, 0)
@@ -101,13 +110,13 @@ def eval_through_servers(
     results = {name: r.row() for name, r in evals.items()}
     kappas = error_overlap({name: r.greedy_correct for name, r in evals.items()})
     table = Table(title=f"{task.name} on {source} ({len(examples)} problems, {split} split)")
-    cols = ["member", "pass@1 (greedy)"]
+    cols = ["member", "pass@1 (greedy)", "parsed", "formatted"]
     if k > 1:
         cols += [f"sample acc (T={cfg.rounds.temperature:g})", f"maj@{k}", f"distinct / {k}"]
     for col in cols:
         table.add_column(col, justify="left" if col == "member" else "right")
     for name, r in results.items():
-        cells = [f"{r['pass@1']:.1%}"]
+        cells = [f"{r['pass@1']:.1%}", f"{r['parsed']:.1%}", f"{r['formatted']:.1%}"]
         if k > 1:
             cells += [f"{r['sample_acc']:.1%}", f"{r[f'maj@{k}']:.1%}", f"{r['distinct']:.2f}"]
         table.add_row(name, *cells)

@@ -28,6 +28,8 @@ class ServerEval:
     n: int
     weight_version: int
     pass_at_1: float  # greedy
+    parsed: float | None = None  # share of greedy answers the task's reader takes
+    formatted: float | None = None  # share of greedy answers in the form the task asks for
     k: int = 0  # samples per problem for maj@k (0: not measured)
     sample_acc: float | None = None  # mean accuracy of the k samples (pass@1 at the sampling temperature)
     maj_at_k: float | None = None
@@ -41,6 +43,8 @@ class ServerEval:
             "n": self.n,
             "weight_version": self.weight_version,
             "pass@1": self.pass_at_1,
+            "parsed": self.parsed,
+            "formatted": self.formatted,
         }
         if not self.k:
             return greedy
@@ -88,15 +92,25 @@ def evaluate_server(
     ``advance(n)`` after each request."""
     greedy_sp = sampling.model_copy(update={"temperature": 0.0})
     hits: list[bool] = []
+    parsed: list[bool] = []
+    formatted: list[bool] = []
     versions: set[int] = set()
     for i in range(0, len(examples), chunk):
         part = examples[i : i + chunk]
         texts, version = generate(http, server, task, [e.prompt for e in part], greedy_sp, 1)
         versions.add(version)
-        hits += is_correct_many(task, part, [t[0] for t in texts])
+        greedy = [t[0] for t in texts]
+        hits += is_correct_many(task, part, greedy)
+        parsed += [a is not None for a in extract_all(task, [(e.prompt, t) for e, t in zip(part, greedy, strict=True)])]
+        formatted += [task.is_formatted(e.prompt, t) for e, t in zip(part, greedy, strict=True)]
         advance(len(part))
     result = ServerEval(
-        n=len(examples), weight_version=max(versions, default=0), pass_at_1=metrics.mean(hits), greedy_correct=hits
+        n=len(examples),
+        weight_version=max(versions, default=0),
+        pass_at_1=metrics.mean(hits),
+        parsed=metrics.mean(parsed),
+        formatted=metrics.mean(formatted),
+        greedy_correct=hits,
     )
     if k < 2:
         return result

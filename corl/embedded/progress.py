@@ -24,6 +24,8 @@ class MemberSnapshot:
     backlog: int | None = None
     accuracy: float | None = None  # held-out greedy accuracy at accuracy_version
     accuracy_version: int | None = None
+    parsed: float | None = None  # at accuracy_version: share of greedy answers the reader takes
+    formatted: float | None = None  # at accuracy_version: share in the form the task asks for
     collapse_alarm: bool = False
 
 

@@ -23,6 +23,7 @@ from corl.config import CohortConfig, dump_config
 from corl.heldout import HeldoutReader, client_timeout, is_due, tracking_record, write_reading
 from corl.proto import HeldoutAccuracy, MemberRoundStats, RunStats
 from corl.redis_server import LocalRedis, free_port
+from corl.services.http import bearer_headers
 from corl.services.model.settings import engine_env
 from corl.streams import group_backlog
 from corl.tracking import Outcome, Tracking, build_tracking
@@ -48,9 +49,9 @@ class RunOptions:
     ready_timeout_s: float = 300.0
     drain_timeout_s: float = 600.0
     restart: RestartPolicy = field(default_factory=RestartPolicy)  # what happens when a child dies
-    # Held-out accuracy of the starting weights, member -> accuracy, when already read (an experiment's
+    # Held-out readings of the starting weights, member -> reading, when already taken (an experiment's
     # earlier run of the same cohort, problems and greedy decoding): recorded instead of read again.
-    start_accuracy: dict[str, float] | None = None
+    start_accuracy: dict[str, HeldoutAccuracy] | None = None
     # Continue the run already in the run directory (its Redis, checkpoints, weights and history).
     resume: bool = False
 
@@ -153,10 +154,17 @@ class RunMonitor:
     """Polls the services for a snapshot; reads held-out accuracy through the servers when due
     (``corl.heldout``, the evaluator service's rule and reader)."""
 
-    def __init__(self, cfg: CohortConfig, agg_url: str, opts: RunOptions, tracking: Tracking | None = None):
+    def __init__(
+        self,
+        cfg: CohortConfig,
+        agg_url: str,
+        opts: RunOptions,
+        tracking: Tracking | None = None,
+        cohort_token: str | None = None,
+    ):
         self.cfg, self.agg_url, self.opts = cfg, agg_url, opts
         self.tracking = tracking or Tracking()
-        self.http = httpx.Client(timeout=client_timeout(cfg))
+        self.http = httpx.Client(timeout=client_timeout(cfg), headers=bearer_headers(cohort_token))
         self.reader = HeldoutReader(cfg, self.http, opts.eval_prompts)
         self.redis = redis.Redis.from_url(cfg.redis_url, socket_timeout=5.0)
         self.last: dict[str, MemberSnapshot] = {m.name: MemberSnapshot() for m in cfg.members}
@@ -198,7 +206,7 @@ class RunMonitor:
                 except httpx.HTTPError as err:
                     log.warning("held-out eval of %s failed: %s", m.name, err)
                 else:
-                    snap.accuracy, snap.accuracy_version = reading.accuracy, reading.weight_version
+                    self.take_reading(snap, reading)
                     self.report_heldout(m.name, reading)
         rounds = stats.next_round if stats else 0
         return RunSnapshot(elapsed_s=time.monotonic() - self.t0, rounds=rounds, members=copy.deepcopy(self.last))
@@ -222,12 +230,17 @@ class RunMonitor:
                 self.last[name] = copy.deepcopy(m)
         self.t0 = time.monotonic() - snap.elapsed_s
 
-    def record_start(self, accuracy: dict[str, float]) -> None:
+    @staticmethod
+    def take_reading(snap: MemberSnapshot, reading: HeldoutAccuracy) -> None:
+        snap.accuracy, snap.accuracy_version = reading.accuracy, reading.weight_version
+        snap.parsed, snap.formatted = reading.parsed, reading.formatted
+
+    def record_start(self, readings: dict[str, HeldoutAccuracy]) -> None:
         """Take the starting weights' held-out readings as given (version 0 of every member)."""
         for m in self.cfg.served_members():
-            snap = self.last[m.name]
-            snap.accuracy, snap.accuracy_version = accuracy[m.name], 0
-            self.report_heldout(m.name, HeldoutAccuracy(accuracy=snap.accuracy, weight_version=0, at=time.time()))
+            reading = readings[m.name].model_copy(update={"weight_version": 0, "at": time.time()})
+            self.take_reading(self.last[m.name], reading)
+            self.report_heldout(m.name, reading)
 
     def report_heldout(self, member: str, reading: HeldoutAccuracy) -> None:
         """Share the reading with the aggregator's stats and dashboard (the run's held-out hash; best
@@ -256,10 +269,19 @@ def run_embedded(cfg: CohortConfig, run_dir: Path, opts: RunOptions, console: Co
     """Run the loop until ``opts.rounds`` rounds are produced and trained on (or Ctrl-C); with
     ``opts.resume``, go on with the run already in ``run_dir`` (its rounds count toward ``opts.rounds``)."""
     console = console or Console()
-    # One admin token per run: trainers use it to push weights into the servers.
+    # One admin token per run (trainers push weights into the servers with it), and one cohort token
+    # (generate, grade, the OpenAI routes: the aggregator and this monitor call them with it).
     token = os.environ.get("CORL_ADMIN_TOKEN") or secrets.token_urlsafe(24)
+    cohort_token = os.environ.get("CORL_COHORT_TOKEN") or secrets.token_urlsafe(24)
     group = ProcessGroup(
-        run_dir / "logs", env={"CORL_LOG_LEVEL": "INFO", "CORL_ADMIN_TOKEN": token}, restart=opts.restart
+        run_dir / "logs",
+        env={
+            "CORL_LOG_LEVEL": "INFO",
+            "CORL_ADMIN_TOKEN": token,
+            "CORL_COHORT_TOKEN": cohort_token,
+            **cfg.sandbox.env(),
+        },
+        restart=opts.restart,
     )
     history = MetricsHistory(run_dir / "metrics.jsonl")
     resumed = history.last() if opts.resume else None  # None: no snapshot yet, the start reading is due
@@ -274,7 +296,7 @@ def run_embedded(cfg: CohortConfig, run_dir: Path, opts: RunOptions, console: Co
         port = free_port()
         # Printed before the (slow) start, so a person can open the dashboard while it comes up.
         console.print(service_urls(f"http://127.0.0.1:{port}"), highlight=False, soft_wrap=True)
-        monitor = reader = RunMonitor(cfg, f"http://127.0.0.1:{port}", opts, tracking)
+        monitor = reader = RunMonitor(cfg, f"http://127.0.0.1:{port}", opts, tracking, cohort_token)
         with console.status("starting servers, aggregator and trainers...") as status:
 
             def start_reading() -> None:  # held-out accuracy of the untrained cohort, before any round

@@ -16,7 +16,7 @@ from pathlib import Path
 from corl.rewards.diagnostics import collapse_round
 from corl.rewards.modes import REWARD_MODES
 
-METRICS = ("greedy_acc", "sample_acc", "maj@8_acc", "distinct", "entropy")
+METRICS = ("greedy_acc", "sample_acc", "maj@8_acc", "distinct", "entropy", "parsed", "formatted")
 LABEL_FREE = tuple(m for m, spec in REWARD_MODES.items() if spec.label_free and m != "none")
 
 
@@ -69,7 +69,7 @@ def mean_se(vals: Sequence[float]) -> tuple[float, float | None]:
 
 def _fmt(vals: Sequence[float], spec: str = ".3f") -> str:
     mean, se = mean_se(vals)
-    return f"{mean:{spec}}" if se is None else f"{mean:{spec}} ± {se:{spec}}"
+    return f"{mean:{spec}}" if se is None else f"{mean:{spec}} ± {se:{spec.lstrip('+')}}"
 
 
 def markdown_table(
@@ -112,6 +112,62 @@ def markdown_table(
     return "\n".join(lines) + "\n"
 
 
+CONTROLS = tuple(m for m, spec in REWARD_MODES.items() if spec.control)
+
+
+def gains(results: Sequence[MemberResult], metric: str = "greedy_acc") -> dict[str, dict[int, float]]:
+    """mode -> seed -> cohort-mean gain of ``metric`` (after minus before)."""
+    by: dict[tuple[str, int], list[float]] = defaultdict(list)
+    for r in results:
+        if metric in r.after and metric in r.before:
+            by[(r.mode, r.seed)].append(r.after[metric] - r.before[metric])
+    out: dict[str, dict[int, float]] = defaultdict(dict)
+    for (mode, seed), vals in by.items():
+        out[mode][seed] = statistics.fmean(vals)
+    return dict(out)
+
+
+def controlled_table(results: Sequence[MemberResult], modes: Sequence[str]) -> str:
+    """Each mode's cohort-mean gain (± standard error over seeds), its own gain over the better control
+    (the control with the larger mean gain: what a reward that knows nothing of the answers gives), that
+    own gain as a share of ground truth's own gain, and the readers' parsed / formatted shares before and
+    after. Empty without a control run."""
+    g = gains(results)
+    controls = [c for c in CONTROLS if c in g]
+    if not controls:
+        return ""
+    best = max(controls, key=lambda c: statistics.fmean(g[c].values()))
+    floor = statistics.fmean(g[best].values())
+    gt_own = statistics.fmean(g["ground_truth"].values()) - floor if "ground_truth" in g else None
+
+    def share_of(before_after: str, metric: str, mode: str) -> str:
+        vals = [(r.before if before_after == "before" else r.after).get(metric) for r in results if r.mode == mode]
+        vals = [v for v in vals if v is not None]
+        return f"{statistics.fmean(vals):.2f}" if vals else "-"
+
+    lines = [
+        f"Gains over the better control (`{best}`, cohort mean {floor:+.3f}); held-out greedy accuracy:",
+        "",
+        "| reward | seeds | cohort gain | own gain over the control | share of ground truth's own gain "
+        "| parsed before → after | formatted before → after |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for mode in modes:
+        if mode not in g:
+            continue
+        seeds = sorted(g[mode])
+        own = [g[mode][s] - floor for s in seeds]
+        share = "-"
+        if gt_own is not None and gt_own > 1e-9 and mode != "ground_truth":
+            share = f"{100 * statistics.fmean(own) / gt_own:.0f}%"
+        lines.append(
+            f"| {mode} | {len(seeds)} | {_fmt(list(g[mode].values()), '+.3f')} | {_fmt(own, '+.3f')} | {share} "
+            f"| {share_of('before', 'parsed', mode)} → {share_of('after', 'parsed', mode)} "
+            f"| {share_of('before', 'formatted', mode)} → {share_of('after', 'formatted', mode)} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
 def write_summary_csv(results: Sequence[MemberResult], path: Path) -> None:
     rows = [r.row() for r in results]
     with path.open("w", newline="") as f:
@@ -141,7 +197,11 @@ def write_report(
         if histories
         else ""
     )
-    (out / "results.md").write_text(markdown_table(results, modes, distinct_header) + collapse + diagnostics)
+    controlled = controlled_table(results, modes)
+    controlled = f"\n{controlled}" if controlled else ""
+    (out / "results.md").write_text(
+        markdown_table(results, modes, distinct_header) + controlled + collapse + diagnostics
+    )
     if histories:
         plot_curves(histories, out)
 

@@ -16,6 +16,7 @@ from corl.config import CohortConfig
 from corl.embedded.config import PLANNED_REDIS_URL, cohort_members, embedded_config
 from corl.embedded.resume import check_resumable, stored_config
 from corl.embedded.run import RunOptions, run_embedded, start_redis
+from corl.proto import HeldoutAccuracy
 from corl.tasks import get_task
 
 from .report import MemberResult, load_history, write_report
@@ -44,18 +45,35 @@ def served_readings(history: Sequence[dict], member: str, window: int = 5) -> tu
     gave at weight version 0 and at the end, and the mean distinct answers per prompt over the first
     and the last ``window`` snapshots that had them."""
     rows = [r["members"][member] for r in history if member in r["members"]]
-    acc = [(m["accuracy_version"], m["accuracy"]) for m in rows if m.get("accuracy") is not None]
+    read = [m for m in rows if m.get("accuracy") is not None]
     distinct = [m["distinct_answers"] for m in rows if m.get("distinct_answers") is not None]
-    if not acc or acc[0][0] != 0:
+    if not read or read[0]["accuracy_version"] != 0:
         raise ValueError(f"{member}: no held-out reading at weight version 0 in the run's history")
 
     def mean(vals: Sequence[float]) -> float:
         return sum(vals) / len(vals) if vals else float("nan")
 
+    def reading(m: dict) -> dict[str, float]:  # parsed / formatted: where the run's reader took them
+        return {"greedy_acc": m["accuracy"], **{k: m[k] for k in ("parsed", "formatted") if m.get(k) is not None}}
+
     return (
-        {"greedy_acc": acc[0][1], "distinct": mean(distinct[:window])},
-        {"greedy_acc": acc[-1][1], "distinct": mean(distinct[-window:])},
+        {**reading(read[0]), "distinct": mean(distinct[:window])},
+        {**reading(read[-1]), "distinct": mean(distinct[-window:])},
     )
+
+
+def start_readings(results: Sequence[MemberResult]) -> dict[str, HeldoutAccuracy]:
+    """The start readings a finished run recorded, to give the next run of the same cohort."""
+    return {
+        r.member: HeldoutAccuracy(
+            accuracy=r.before["greedy_acc"],
+            weight_version=0,
+            parsed=r.before.get("parsed"),
+            formatted=r.before.get("formatted"),
+            at=0.0,
+        )
+        for r in results
+    }
 
 
 def _evaluate(model_dir: Path, seed: int, n_prompts: int) -> dict[str, float]:
@@ -72,7 +90,7 @@ def run_experiment(cohort_dir: Path, out: Path, opts: ExperimentOptions, console
     histories: dict[str, list[dict]] = {}
     t0 = time.monotonic()
     # The servers' start readings: the same cohort, problems and greedy decoding in every run.
-    start_accuracy: dict[str, float] | None = None
+    start_accuracy: dict[str, HeldoutAccuracy] | None = None
     for seed_index, seed in enumerate(opts.seeds):
         before: dict[str, dict[str, float]] = {}
         if opts.base is None:
@@ -93,7 +111,7 @@ def run_experiment(cohort_dir: Path, out: Path, opts: ExperimentOptions, console
                 earlier = [MemberResult(**r) for r in json.loads(done.read_text())]
                 results += earlier
                 if opts.base is not None:
-                    start_accuracy = start_accuracy or {r.member: r.before["greedy_acc"] for r in earlier}
+                    start_accuracy = start_accuracy or start_readings(earlier)
                 if seed == opts.seeds[0]:
                     histories[mode] = load_history(run_dir / "metrics.jsonl")
                 continue
@@ -139,7 +157,7 @@ def run_experiment(cohort_dir: Path, out: Path, opts: ExperimentOptions, console
                 finished.append(MemberResult(mode, seed, m, start, end, run.final[m].weight_version or 0))
             done.write_text(json.dumps([dataclasses.asdict(r) for r in finished]))
             if opts.base is not None:
-                start_accuracy = start_accuracy or {r.member: r.before["greedy_acc"] for r in finished}
+                start_accuracy = start_accuracy or start_readings(finished)
             results += finished
             _write(results, histories, out, opts)
     _write(results, histories, out, opts)

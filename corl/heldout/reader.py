@@ -49,4 +49,10 @@ class HeldoutReader:
         if not self.examples:
             raise httpx.HTTPError("the task has no held-out problems (task.eval_size: 0)")
         r = evaluate_server(self.http, member.servers[0], self.task, self.examples, self.sampling, advance=advance)
-        return HeldoutAccuracy(accuracy=r.pass_at_1, weight_version=r.weight_version, at=time.time())
+        return HeldoutAccuracy(
+            accuracy=r.pass_at_1,
+            weight_version=r.weight_version,
+            parsed=r.parsed,
+            formatted=r.formatted,
+            at=time.time(),
+        )

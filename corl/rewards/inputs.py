@@ -106,6 +106,9 @@ class RewardInputs:
     grades: Mapping[str, Sequence[Sequence[Mapping[str, float]]]] | None = None
     judge_combine: str = "mean"
     judge_trim: float = 0.2
+    formatted: Mapping[str, Sequence[Sequence[bool]]] | None = None  # [prompt][sample]: in the asked form
+    seed: int = 0  # the round's seed (the random control's draws)
+    p: float = 0.5  # the random control's chance of a reward
 
     @property
     def n_prompts(self) -> int:

@@ -13,6 +13,7 @@ from typing import Literal, get_args
 
 from corl.proto import RewardModeName
 
+from .controls import format_rewards, random_rewards
 from .inputs import Answers, RewardInputs, RewardOutcome
 from .judge import peer_judge_rewards
 from .votes import (
@@ -37,6 +38,8 @@ class RewardMode:
     peer: bool  # rewards come only from other members (the cohort's label-free modes)
     uses_labels: bool = False  # reads dataset answers: experiments only
     judged: bool = False  # needs /v1/grade judge scores from peers
+    control: bool = False  # a label-free baseline that reads no peer (a peer mode's gain counts above it)
+    formats: bool = False  # reads each sample's formatted flag (Task.is_formatted)
 
     @property
     def label_free(self) -> bool:
@@ -45,7 +48,7 @@ class RewardMode:
     @property
     def votes(self) -> bool:
         """Its rewards come from the members' votes (so ``reward.votes`` samples change them)."""
-        return not (self.judged or self.uses_labels or self.fn is no_rewards)
+        return not (self.judged or self.uses_labels or self.control or self.fn is no_rewards)
 
 
 _MODES = (
@@ -105,6 +108,21 @@ _MODES = (
         peer=False,
         uses_labels=True,
     ),
+    RewardMode(
+        "random",
+        random_rewards,
+        "control: 1 with probability `p` (default 0.5), seeded per round; reads no answer, label or peer",
+        peer=False,
+        control=True,
+    ),
+    RewardMode(
+        "format",
+        format_rewards,
+        "control: 1 when the response is in the form the task asks for (e.g. the number alone), else 0",
+        peer=False,
+        control=True,
+        formats=True,
+    ),
     RewardMode("none", no_rewards, "0 (no training signal)", peer=False),
 )
 
@@ -139,13 +157,16 @@ def compute_rewards(
     dataset_answers: Sequence[str | None] | None = None,
     votes: Answers | None = None,
     teachers: Mapping[str, str] | None = None,
+    formatted: Mapping[str, Sequence[Sequence[bool]]] | None = None,
+    seed: int = 0,
+    p: float = 0.5,
 ) -> RewardOutcome:
     """Per-sample rewards for ``members`` (default: every member in ``answers``) from one round of
     answers, by a vote mode of ``REWARD_MODES``. Every member in ``answers``
     votes (frozen members too). ``reliability`` (member -> weight, default 1.0) weighs
     ``peer_agreement`` votes. ``dataset_answers`` reaches only modes that use labels. ``votes``:
     samples drawn only to vote (default: the rewarded ``answers`` vote). ``teachers``: teacher ->
-    the one member it votes for, beside that member's peers."""
+    the one member it votes for, beside that member's peers. ``formatted``, ``seed``, ``p``: the controls'."""
     spec = REWARD_MODES.get(mode)  # type: ignore[call-overload]
     if spec is None or spec.judged:
         hint = "; peer_judge rewards come from judge_rewards()" if mode == "peer_judge" else ""
@@ -161,5 +182,8 @@ def compute_rewards(
         teachers=teachers,
         reliability=reliability,
         dataset_answers=dataset_answers if spec.uses_labels else None,
+        formatted=formatted,
+        seed=seed,
+        p=p,
     )
     return spec.fn(inp)

@@ -64,6 +64,14 @@ def extract_answers(responses: Mapping[str, GenerateResponse], task: Task) -> di
     return {m: [[next(flat) for _ in pr.samples] for pr in resp.results] for m, resp in responses.items()}
 
 
+def formatted_flags(responses: Mapping[str, GenerateResponse], task: Task) -> dict[str, list[list[bool]]]:
+    """member -> [prompt][sample]: is the sample in the form the task asks for?"""
+    return {
+        m: [[task.is_formatted(pr.prompt, s.text) for s in pr.samples] for pr in resp.results]
+        for m, resp in responses.items()
+    }
+
+
 def response_tokens(resp: GenerateResponse) -> int:
     """Tokens of a member's samples: their token ids, or the usage an outside endpoint reported (its
     samples carry text only)."""
@@ -109,6 +117,7 @@ def grade_round(
     grades: Grades | None = None,
     answers: Answers | None = None,
     votes: Mapping[str, GenerateResponse] | None = None,
+    seed: int = 0,
 ) -> RoundOutcome:
     """Grade one round of ``responses`` (member -> its generate response to the round's prompts).
 
@@ -118,7 +127,7 @@ def grade_round(
     teacher -> the member it votes for. ``grades``: the
     judge scores of a judged mode. ``answers``: already extracted, else read here with ``task``.
     ``votes``: member -> its vote-only samples of the same prompts (``reward.votes``); they replace
-    the rewarded samples as the member's ballots.
+    the rewarded samples as the member's ballots. ``seed``: the round's (the random control's draws).
     """
     mode = REWARD_MODES[reward.mode]
     present = list(responses)
@@ -140,6 +149,9 @@ def grade_round(
             grades=grades,
             judge_combine=reward.judge.combine,
             judge_trim=reward.judge.trim,
+            formatted=formatted_flags(responses, task) if mode.formats else None,
+            seed=seed,
+            p=reward.p,
         )
     )
     members = {}

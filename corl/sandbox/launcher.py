@@ -1,5 +1,10 @@
 """The sandbox's first stage, run as ``python -I -S launcher.py <workdir> <json limits>``.
 
+Inside the jail (``jail.py``; ``"jailed": true``) the namespaces and the uid are already in force and
+this stage only sets rlimits and the audit hook, defence in depth: the hook shares the program's
+interpreter and is no boundary on its own. Outside it (the operator allowed insecure runs), it
+does what it can alone, as described next.
+
 Standard library only: it runs before any corl code could be imported. In order it: cuts the
 process off the network (a fresh network namespace: as root directly, otherwise inside a new user
 namespace; skipped where the kernel refuses), pre-imports the modules untrusted programs commonly
@@ -102,13 +107,15 @@ def _audit(workdir: str):  # type: ignore[no-untyped-def]
 def main() -> None:
     workdir, limits = sys.argv[1], json.loads(sys.argv[2])
     os.chdir(workdir)
-    network = _unshare_network()
+    jailed = bool(limits.get("jailed"))
+    network = "namespace (bwrap)" if jailed else _unshare_network()
     for name in PRELOAD:
         __import__(name)
-    uid = _drop_privileges(limits["uid"])
+    uid = os.geteuid() if jailed else _drop_privileges(limits["uid"])
     _rlimits(limits)
+    isolation = "bwrap: user, mount, pid, network, ipc, uts, cgroup namespaces" if jailed else "none (insecure)"
     with open("protections.json", "w") as f:
-        json.dump({"network": network, "uid": uid, "rlimits": True, "audit_hook": True}, f)
+        json.dump({"isolation": isolation, "network": network, "uid": uid, "rlimits": True, "audit_hook": True}, f)
     code = compile(open("main.py").read(), "main.py", "exec")
     sys.argv = ["main.py"]
     sys.path.insert(0, workdir)

@@ -1,9 +1,11 @@
 """Run untrusted Python in a separate, limited process and report what happened.
 
-``run_python(code)`` writes the program into a fresh temporary directory and starts
-``launcher.py`` there in a new session (see that module for the protections), with a wall-clock
-timeout after which the whole process group is killed. Standard output goes to a file capped by
-the file-size limit. The result is a ``SandboxResult``; nothing the program does raises here.
+``run_python(code)`` writes the program into a fresh temporary directory and starts it inside the
+jail (``jail.py``: bubblewrap namespaces, as nobody) through ``launcher.py`` (rlimits), with a
+wall-clock timeout after which the jail and everything in it is killed. Standard output goes to a
+file outside the program's reach, capped by the file-size limit. The result is a ``SandboxResult``;
+nothing the program does raises here. Where the jail cannot be built, ``SandboxUnavailable`` is
+raised (fail closed) unless the operator allowed the in-process launcher alone.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
+
+from .jail import Jail, require
 
 log = logging.getLogger(__name__)
 
@@ -71,26 +75,43 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
     proc.wait()
 
 
+def _command(jail: Jail | None, root: Path, args: dict[str, object]) -> tuple[list[str], Path, dict[str, object]]:
+    """(argv, cwd, extra Popen arguments) of one run: in the jail, or the bare launcher (allowed insecure)."""
+    if jail is not None:
+        argv = [jail.interpreter, "-I", "-S", "/sandbox/launcher.py", "/work", json.dumps({**args, "jailed": True})]
+        return jail.command(root, argv), root, jail.popen_user()
+    work = root / "work"
+    return [sys.executable, "-I", "-S", str(LAUNCHER), str(work), json.dumps({**args, "jailed": False})], work, {}
+
+
 def run_python(code: str, limits: Limits | None = None) -> SandboxResult:
-    """Run ``code`` as ``main.py`` in the sandbox; blocks until it ends (call it from a worker thread)."""
+    """Run ``code`` as ``main.py`` in the sandbox; blocks until it ends (call it from a worker thread).
+    Raises ``SandboxUnavailable`` where the jail cannot be built and insecure runs are not allowed."""
     lim = limits or Limits()
-    workdir = Path(tempfile.mkdtemp(prefix="corl-sandbox-"))
+    jail = require(lim.uid)
+    root = Path(tempfile.mkdtemp(prefix="corl-sandbox-"))
+    workdir = root / "work"
     try:
+        workdir.mkdir()
         (workdir / "main.py").write_text(code)
+        shutil.copyfile(LAUNCHER, root / "launcher.py")
+        os.chmod(root, 0o755)  # bwrap, started as the sandbox uid, binds from here
         if os.geteuid() == 0:
             os.chown(workdir, lim.uid, lim.uid)
         env = {"PATH": "/usr/bin:/bin", "HOME": str(workdir), "TMPDIR": str(workdir), "LANG": "C.UTF-8"}
         args = {k: v for k, v in vars(lim).items() if k != "timeout_s"}
+        argv, cwd, user = _command(jail, root, args)
         t0 = time.monotonic()
-        with (workdir / ".stdout").open("wb") as out, (workdir / ".stderr").open("wb") as err:
-            proc = subprocess.Popen(
-                [sys.executable, "-I", "-S", str(LAUNCHER), str(workdir), json.dumps(args)],
-                cwd=workdir,
+        with (root / "stdout").open("wb") as out, (root / "stderr").open("wb") as err:
+            proc = subprocess.Popen(  # noqa: S603 (argv built here, never from the program)
+                argv,
+                cwd=cwd,
                 env=env,
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=err,
                 start_new_session=True,  # its own process group: a timeout kills every child too
+                **user,  # type: ignore[arg-type]
             )
             try:
                 rc: int | None = proc.wait(timeout=lim.timeout_s)
@@ -101,9 +122,9 @@ def run_python(code: str, limits: Limits | None = None) -> SandboxResult:
         seconds = time.monotonic() - t0
         _log_protections(workdir)
         cap = lim.file_bytes
-        return SandboxResult(status, rc, _read(workdir / ".stdout", cap), _read(workdir / ".stderr", 8192), seconds)
+        return SandboxResult(status, rc, _read(root / "stdout", cap), _read(root / "stderr", 8192), seconds)
     finally:
-        shutil.rmtree(workdir, ignore_errors=True)
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def _log_protections(workdir: Path) -> None:
@@ -116,7 +137,8 @@ def _log_protections(workdir: Path) -> None:
         return
     _logged.set()
     log.info(
-        "sandbox protections: network=%s uid=%s rlimits=%s audit_hook=%s",
+        "sandbox protections: isolation=%s network=%s uid=%s rlimits=%s audit_hook=%s",
+        info.get("isolation"),
         info.get("network"),
         info.get("uid"),
         info.get("rlimits"),

@@ -16,6 +16,7 @@ from .base import Example, OneByOne, Splits, record_fields
 class AdditionTask(OneByOne):
     name: str = "addition"
     generates: ClassVar[bool] = True  # has its own problem generator (splits)
+    runs_code: ClassVar[bool] = False
     max_tokens: int = 4  # a sum has at most 3 digits, then the end token
     n_warmup: int = 6000
     n_rl: int = 2000
@@ -52,6 +53,9 @@ class AdditionTask(OneByOne):
         if not text or not (text.isascii() and text.isdigit()) or len(text) > 3:
             return None
         return str(int(text))
+
+    def is_formatted(self, prompt: str, completion: str) -> bool:
+        return self.extract_answer(prompt, completion) is not None
 
     def is_correct(self, example: Example, completion: str) -> bool:
         return example.answer is not None and self.extract_answer(example.prompt, completion) == example.answer

@@ -3,19 +3,24 @@
 Small members cannot keep a worked solution on track for long, and most of their errors on easy
 problems are in the arithmetic itself, the unit peers vote on. So the prompt asks for the number
 alone: instruct members get it as a system message in their chat template; base members (no chat
-template) get a few-shot plain template whose three questions and bare answers show the form. Answers are read
-exactly as for ``math`` (``#### x``, "the answer is x", else the last number: SmolLM2 restates the
-question before its answer), and canonicalised the same way, so ``-4``, ``-4.0`` and ``$-4$`` vote
-together. Problems come from ``task.source``, e.g. ``gym:basic_arithmetic`` or ``gym:chain_sum``.
+template) get a few-shot plain template whose three questions and bare answers show the form.
+
+The answer is a number the model *wrote* (``corl.tasks.literal``): the marked one (``#### x``, "the
+answer is x", ``\\boxed{x}``) or else the last number in the text that is not an operand, canonical
+so that ``-4``, ``-4.0`` and ``$-4$`` vote together. Nothing is evaluated: ``"Calculate 61 * 41."``,
+``"61 * 41"`` and ``"8/2"`` have no answer (an earlier reader computed them, and models learnt to
+restate the question). Problems come from ``task.source``, e.g. ``gym:basic_arithmetic``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from corl.proto import PromptFormat
 
-from .math import MathTask
+from . import literal
+from .math import _TAIL, MathTask, _number, literal_span, marked_answer
 
 # Demonstrations for base models: fixed text, never a data set's own problems or answers.
 SHOTS = (
@@ -42,3 +47,20 @@ class ArithTask(MathTask):
     def stop(self) -> tuple[str, ...]:
         # A base model continuing the few-shot template starts the next question after a blank line.
         return ("\nQuestion:", "\n\n")
+
+    def read(self, prompt: str, completion: str) -> tuple[str, Any] | None:
+        """Literal numbers only, never math-verify: a marked answer that is one number (LaTeX such as
+        ``\\frac{1}{2}`` only when it wraps one number: no digits picked out of it), else the last number
+        written that is neither an operand nor restated from the prompt."""
+        text = completion[-_TAIL:]
+        marked = marked_answer(text)
+        if marked is None:
+            return _number(literal.literal_answer(text, prompt))
+        value = literal_span(marked[0])
+        if value is None:
+            return None
+        return _number(literal.lone_number(value) if "\\" in value or "{" in value else literal.literal_answer(value))
+
+    def is_formatted(self, prompt: str, completion: str) -> bool:
+        """In the asked form: the number alone."""
+        return literal.lone_number(completion) is not None

@@ -32,6 +32,7 @@ class Splits:
 class Task(Protocol):
     name: str
     generates: bool  # has its own seeded problem generator (``splits``); else problems come from task.source
+    runs_code: bool  # reading an answer runs a program (in the sandbox)
     max_tokens: int  # default new tokens per sample (the cohort config's rounds.max_tokens overrides)
 
     def splits(self, seed: int) -> Splits:
@@ -56,6 +57,12 @@ class Task(Protocol):
     def extract_answers(self, pairs: Sequence[tuple[str, str]]) -> list[str | None]:
         """``extract_answer`` of many (prompt, completion) pairs at once (a task that runs programs runs
         them concurrently). Blocking: async callers run it in a worker thread."""
+        ...
+
+    def is_formatted(self, prompt: str, completion: str) -> bool:
+        """Is ``completion`` in the form the task's prompt asks for (the number alone, a ``#### x`` last
+        line, a program defining the function)? Label-free: the ``format`` control reward and the
+        ``formatted`` reading."""
         ...
 
     def is_correct(self, example: Example, completion: str) -> bool:

@@ -42,6 +42,7 @@ def _parallel(fn: Callable[[T], R], items: Sequence[T], workers: int) -> list[R]
 class CodeTask:
     name: str = "code"
     generates: ClassVar[bool] = False  # has its own problem generator (splits)
+    runs_code: ClassVar[bool] = True  # answers are behaviours of programs run in the sandbox
     max_tokens: int = 256  # a HumanEval function body; the model server bounds it at 256 by default
     correct_token: str = "Yes"
     incorrect_token: str = "No"
@@ -96,10 +97,16 @@ class CodeTask:
     def extract_answer(self, prompt: str, completion: str) -> str | None:
         return self.extract_answers([(prompt, completion)])[0]
 
+    def is_formatted(self, prompt: str, completion: str) -> bool:
+        """A program that defines the prompt's function (run nothing)."""
+        return code_text.program(prompt, completion) is not None
+
     # --- evaluation -------------------------------------------------------------------------------
     def _passes(self, job: tuple[str, str, str]) -> bool:
         src, test, name = job
-        return run_python(code_text.hidden_test_harness(src, test, name), self.limits).ok
+        nonce = secrets.token_hex(8)
+        res = run_python(code_text.hidden_test_harness(src, test, name, nonce), self.limits)
+        return res.ok and code_text.tests_passed(res.stdout, nonce)
 
     def is_correct_many(self, pairs: Sequence[tuple[Example, str]]) -> list[bool]:
         """Does each completion pass its example's hidden tests? Evaluation only; run concurrently."""

@@ -14,6 +14,7 @@ _FENCE = re.compile(r"```[ \t]*(?:python3?|py)?[ \t]*\n(.*?)(?:\n```|\Z)", re.S 
 _IO_LINE = re.compile(r"^\s*(?:For|Input:?)\s+(.+?)(?:,?\s+(?:the output|the result|Output:?).*)?$", re.I)
 _TOP_LEVEL_OK = ("def ", "class ", "@", "import ", "from ", "#", "async def ")
 OUTPUT_MARK = "<<corl-behaviour>>"
+PASSED_MARK = "<<corl-tests-passed>>"
 
 
 def entry_point(prompt: str) -> str | None:
@@ -154,6 +155,12 @@ def read_behaviour(stdout: str, nonce: str) -> list[str] | None:
     return None
 
 
-def hidden_test_harness(src: str, test: str, name: str) -> str:
-    """``src`` followed by the data set's hidden tests (HumanEval: ``check(candidate)``); evaluation only."""
-    return f"{src}\n\n{test}\n\ncheck({name})\n"
+def hidden_test_harness(src: str, test: str, name: str, nonce: str) -> str:
+    """``src`` followed by the data set's hidden tests (HumanEval: ``check(candidate)``) and a line with
+    ``nonce`` printed once they pass; evaluation only. A program that exits early (``os._exit(0)``,
+    ``sys.exit(0)``) never prints it, so its exit status alone cannot pass it."""
+    return f"{src}\n\n{test}\n\ncheck({name})\nprint({(PASSED_MARK + nonce)!r})\n"
+
+
+def tests_passed(stdout: str, nonce: str) -> bool:
+    return (PASSED_MARK + nonce) in stdout.splitlines()

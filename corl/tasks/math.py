@@ -10,6 +10,7 @@ among them (``25%`` is ``25``, as GSM8K writes the answer of a "what percent" qu
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 from collections.abc import Mapping
@@ -18,6 +19,7 @@ from typing import Any, ClassVar
 
 from corl.proto import PromptFormat
 
+from . import literal
 from .base import Example, OneByOne, Splits, record_fields
 
 _TAIL = 4000  # characters of a completion searched for its answer: bounds parsing time
@@ -49,17 +51,36 @@ def _last_boxed(text: str) -> str | None:
     return None
 
 
-def answer_span(completion: str) -> str:
-    """The part of a completion that states its final answer (the whole tail when none is marked)."""
+def marked_answer(completion: str) -> tuple[str, bool] | None:
+    """The final answer a completion marks (``\\boxed{}``, ``#### x``, "the answer is x"), the last one
+    winning within each convention, and whether it was boxed; None when it marks none."""
     text = completion[-_TAIL:]
     boxed = _last_boxed(text)
     if boxed is not None:
-        return f"\\boxed{{{boxed}}}"
+        return boxed, True
     for pattern in (_HASHES, _ANSWER_IS):
         found = pattern.findall(text)
         if found:
-            return str(found[-1]).strip().strip("*").strip()
-    return text
+            return str(found[-1]).strip().strip("*").strip(), False
+    return None
+
+
+def answer_span(completion: str) -> str:
+    """The part of a written solution that states its final answer (the whole tail when none is marked)."""
+    marked = marked_answer(completion)
+    if marked is None:
+        return completion[-_TAIL:]
+    span, boxed = marked
+    return f"\\boxed{{{span}}}" if boxed else span
+
+
+def literal_span(span: str) -> str | None:
+    """The part of a marked answer the model wrote as its value: after the ``=`` of a computation
+    (``3 * 4 = 12`` states 12), or None when arithmetic is still to be done in it (``8/2``, ``61 * 41``)."""
+    left, eq, right = span.partition("=")
+    computed = eq and "=" not in right and re.search(r"\d", left)  # "3 * 4 = 12", not "x = 2, y = 1"
+    value = (right if computed else span).strip()
+    return None if not value or literal.reducible(value) else value
 
 
 def _canonical(expr: Any) -> str:
@@ -94,15 +115,40 @@ def canonical_answer(text: str) -> str | None:
     text = _GSM8K_CALC.sub("", text.strip())
     if "####" in text:  # a GSM8K-style worked solution
         text = answer_span(text)
-    prose = any(w.lower() not in _MATH_WORDS for w in re.findall(r"(?<!\\)\b[A-Za-z]{2,}\b", text))
-    expr = parse_answer(text) if prose or text.startswith(("$", "\\")) else parse_answer(f"${text}$")
+    expr = _parse_written(text)
     return None if expr is None else _canonical(expr)
+
+
+def _parse_written(text: str) -> Any | None:
+    """math-verify's parse of an answer written on its own: bare math is read as LaTeX math."""
+    prose = any(w.lower() not in _MATH_WORDS for w in re.findall(r"(?<!\\)\b[A-Za-z]{2,}\b", text))
+    return parse_answer(text) if prose or text.startswith(("$", "\\")) else parse_answer(f"${text}$")
+
+
+def _number(canonical: str | None) -> tuple[str, Any] | None:
+    import sympy
+
+    return None if canonical is None else (canonical, sympy.Rational(canonical))
+
+
+@functools.lru_cache(maxsize=4096)
+def gold_value(canonical: str) -> Any | None:
+    """The value of a data set's canonical answer. It is sympy's own string (``(n + 1)**(n - 1)``), so
+    sympy reads it back: read as LaTeX, ``**`` made that answer 1 (and ``1`` graded right). Only data set
+    answers (the operator's files) come here; a model's answer is never ``eval``-parsed."""
+    import sympy
+
+    try:
+        return sympy.parse_expr(canonical)
+    except Exception:  # not sympy's syntax (a set, an interval written by hand): read it as LaTeX
+        return parse_answer(f"${canonical}$")
 
 
 @dataclass(frozen=True)
 class MathTask(OneByOne):
     name: str = "math"
     generates: ClassVar[bool] = False  # has its own problem generator (splits)
+    runs_code: ClassVar[bool] = False
     max_tokens: int = 256  # GSM8K solutions run 100-250 tokens (and the server default bound is 256)
     correct_token: str = "Yes"
     incorrect_token: str = "No"
@@ -129,26 +175,51 @@ class MathTask(OneByOne):
         prompt, answer = record_fields(record)
         return Example(prompt, None if answer is None else canonical_answer(answer))
 
+    def read(self, prompt: str, completion: str) -> tuple[str, Any] | None:
+        """(canonical answer, its value) of what the completion states, never a value computed from its
+        text: a marked answer (``\\boxed{}``, ``#### x``, "the answer is x") read by math-verify unless it
+        is arithmetic still to do; unmarked, the last number written that is neither an operand nor
+        restated from the prompt (``corl.tasks.literal``)."""
+        text = _GSM8K_CALC.sub("", completion)[-_TAIL:]
+        marked = marked_answer(text)
+        if marked is None:
+            return _number(literal.literal_answer(text, prompt))
+        value = literal_span(marked[0])
+        if value is None:
+            return None
+        number = literal.lone_number(value)
+        if number is not None:
+            return _number(number)
+        expr = parse_answer(f"\\boxed{{{value}}}") if marked[1] else _parse_written(value)
+        return None if expr is None else (_canonical(expr), expr)
+
     def extract_answer(self, prompt: str, completion: str) -> str | None:
-        expr = parse_answer(answer_span(_GSM8K_CALC.sub("", completion)))
-        return None if expr is None else _canonical(expr)
+        read = self.read(prompt, completion)
+        return None if read is None else read[0]
+
+    def is_formatted(self, prompt: str, completion: str) -> bool:
+        """In the asked form: a last line ``#### <answer>`` that reads as an answer."""
+        lines = [line for line in completion.strip().splitlines() if line.strip()]
+        return (
+            bool(lines) and lines[-1].lstrip().startswith("####") and self.extract_answer(prompt, lines[-1]) is not None
+        )
 
     def is_correct(self, example: Example, completion: str) -> bool:
         """Evaluation: math-verify's equivalence of the completion's answer and the data set's."""
         if example.answer is None:
             return False
-        predicted = self.extract_answer(example.prompt, completion)
-        if predicted is None:
+        read = self.read(example.prompt, completion)
+        if read is None:
             return False
-        if predicted == example.answer:
+        if read[0] == example.answer:
             return True
         from math_verify import verify
 
-        gold, pred = parse_answer(f"${example.answer}$"), parse_answer(f"${predicted}$")
-        if gold is None or pred is None:
+        gold = gold_value(example.answer)
+        if gold is None:
             return False
         try:
-            return bool(verify(gold, pred, timeout_seconds=None))
+            return bool(verify(gold, read[1], timeout_seconds=None))
         except Exception:
             return False
 

@@ -15,7 +15,9 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from corl.config import CohortConfig, load_config
 from corl.proto import CONTRACT_VERSION
+from corl.sandbox import require_sandbox
 from corl.services.http import error_response, install_edge
+from corl.tasks import get_task
 from corl.tracking import build_tracking
 
 from .metrics import AggregatorMetrics
@@ -36,6 +38,8 @@ def create_app(
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         cfg = config or load_config(settings.config)
+        if get_task(cfg.task.name).runs_code:  # fail closed before serving: no jail, no code task
+            await asyncio.to_thread(require_sandbox)
         hs = settings.http
         http = httpx.AsyncClient(
             transport=transport or httpx.AsyncHTTPTransport(retries=hs.transport_retries),

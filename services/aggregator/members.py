@@ -25,6 +25,7 @@ from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait
 
 from corl.config import MemberConfig
 from corl.proto import GenerateRequest, GenerateResponse, GradeRequest, GradeResponse, InfoResponse
+from corl.services.http import bearer_headers
 
 from .settings import HttpSettings
 
@@ -64,8 +65,10 @@ class MemberClient:
         settings: HttpSettings,
         request_timeout_s: float,
         endpoints: Mapping[str, EndpointClient] | None = None,
+        cohort_token: str | None = None,
     ):
         self.http = http
+        self.headers = {**_JSON, **bearer_headers(cohort_token)}  # per request: the client is shared with endpoints
         self.settings = settings
         self.timeout = httpx.Timeout(request_timeout_s, connect=settings.connect_timeout_s)
         self.endpoints = dict(endpoints or {})
@@ -93,7 +96,7 @@ class MemberClient:
         async for attempt in self._retrying():
             with attempt:
                 url = urls[next(counter) % len(urls)].rstrip("/") + path
-                resp = await self.http.post(url, content=body, headers=_JSON, timeout=timeout)
+                resp = await self.http.post(url, content=body, headers=self.headers, timeout=timeout)
                 resp.raise_for_status()
                 return resp.content
         raise AssertionError("unreachable: tenacity reraises")

@@ -11,6 +11,7 @@ Dataset answers ride along for diagnostics only (and the explicit ``ground_truth
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Protocol
 
@@ -22,7 +23,11 @@ from corl.config import CohortConfig
 from corl.data import load_splits
 from corl.proto import PromptRecord
 from corl.services.errors import ConflictError
-from corl.tasks import Example
+from corl.tasks import Example, Task, get_task
+from corl.tasks.echo import LIMIT, echo_graded_correct
+
+log = logging.getLogger(__name__)
+ECHO_LINT_ITEMS = 100  # labelled prompts the start-up echo lint grades (the code task runs programs for it)
 
 
 class PromptSource(Protocol):
@@ -85,11 +90,26 @@ def build_prompt_source(cfg: CohortConfig, redis: aioredis.Redis) -> PromptSourc
     src = cfg.rounds.prompt_source
     if src.kind == "task":
         splits = load_splits(cfg.task, src.seed)  # read once at start-up, before the service is ready
-        return CyclicSource("task", splits.rl if src.split == "rl" else splits.eval)
+        examples = splits.rl if src.split == "rl" else splits.eval
+        lint_echo(get_task(cfg.task.name), examples)
+        return CyclicSource("task", examples)
     if src.kind == "jsonl":
         assert src.path is not None  # checked by the config
         return CyclicSource("jsonl", read_jsonl(src.path))
     return PostedSource(redis, cfg.run_id)
+
+
+def lint_echo(task: Task, examples: list[Example]) -> float:
+    """Warn when a response that only restates the prompt would be graded right on these prompts: the
+    reward would then pay for echoing (``corl.tasks.echo``). Returns the measured share."""
+    share = echo_graded_correct(task, examples[:ECHO_LINT_ITEMS])
+    if share > LIMIT:
+        log.warning(
+            "echo lint: a response that only restates the prompt is graded correct on %.1f%% of the %s task's "
+            "prompts (limit %.0f%%): its reader computes answers from the text, and rewards will pay for echoing",
+            100 * share, task.name, 100 * LIMIT,
+        )  # fmt: skip
+    return share
 
 
 def posted_source(source: PromptSource) -> PostedSource:

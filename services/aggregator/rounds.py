@@ -176,6 +176,7 @@ class RoundDriver:
             dataset_answers=[e.answer for e in examples],
             grades=grades,
             votes=votes,
+            seed=_seed(self.cfg.run_id, r, "reward"),
         )
 
     async def run_round(self) -> RoundResult:

@@ -64,7 +64,8 @@ class AggregatorServing:
         )
         # Outside endpoint members: each its own bounds and key (a missing key variable stops the start here).
         self.endpoints = build_endpoint_clients(cfg, http, settings.http, metrics)
-        self.client = MemberClient(http, settings.http, cfg.rounds.request_timeout_s, self.endpoints)
+        token = settings.cohort_token.get_secret_value() if settings.cohort_token else None
+        self.client = MemberClient(http, settings.http, cfg.rounds.request_timeout_s, self.endpoints, token)
         self.driver = RoundDriver(
             cfg, settings, self.store, self.client, self.source, metrics, self.state, self.pool, tracking
         )

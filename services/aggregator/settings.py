@@ -70,6 +70,11 @@ class AggregatorSettings(BaseSettings):
     admin_token: SecretStr | None = Field(
         default=None, validation_alias=AliasChoices("CORL_ADMIN_TOKEN", "admin_token")
     )
+    cohort_token: SecretStr | None = Field(
+        default=None,
+        validation_alias=AliasChoices("CORL_COHORT_TOKEN", "cohort_token"),
+        description="Sent to the members' corl servers (never to an outside endpoint).",
+    )
     redis_url: str | None = Field(default=None, description="Overrides the config's redis_url.")
     redis_timeout_s: float = Field(default=60.0, gt=0, description="Socket timeout of every Redis call.")
     autostart: bool = Field(default=True, description="Start the round driver with the app.")

@@ -13,7 +13,7 @@ from fastapi import FastAPI
 from corl.config import CohortConfig, load_config
 from corl.heldout import HeldoutReader, client_timeout
 from corl.proto import CONTRACT_VERSION
-from corl.services.http import install_edge
+from corl.services.http import bearer_headers, install_edge
 from corl.tracking import build_tracking
 
 from .metrics import EvaluatorMetrics
@@ -36,12 +36,14 @@ def create_app(
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         cfg = config or load_config(settings.config)
+        token = settings.cohort_token.get_secret_value() if settings.cohort_token else None
         async with AsyncExitStack() as stack:
             # Synchronous clients: every call is made from the polling thread.
             http = stack.enter_context(
                 httpx.Client(
                     transport=transport or httpx.HTTPTransport(retries=settings.transport_retries),
                     timeout=client_timeout(cfg, settings.connect_timeout_s),
+                    headers=bearer_headers(token),  # only the members' servers are called with it
                 )
             )
             redis_url = settings.redis_url or cfg.redis_url
@@ -65,6 +67,7 @@ def create_app(
 
     app = FastAPI(title="corl evaluator", version=CONTRACT_VERSION, lifespan=lifespan)
     app.state.metrics = EvaluatorMetrics()
+    app.state.cohort_token = settings.cohort_token.get_secret_value() if settings.cohort_token else None
     app.state.serving = None
     app.include_router(router)
     install_edge(app, metrics=app.state.metrics.http, max_body_bytes=MAX_BODY_BYTES)

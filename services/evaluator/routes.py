@@ -8,7 +8,7 @@ from fastapi import APIRouter, Depends, Request
 
 from corl.proto import HeldoutReadings
 from corl.services.errors import UnavailableError
-from corl.services.http import error_responses, operational_routes
+from corl.services.http import error_responses, operational_routes, require_cohort
 
 from .serving import EvaluatorServing
 
@@ -26,7 +26,7 @@ Serving = Annotated[EvaluatorServing, Depends(get_serving)]
 router.include_router(operational_routes(get_serving))
 
 
-@router.get("/v1/runs/{run}/heldout", responses=error_responses(404, 503))
+@router.get("/v1/runs/{run}/heldout", responses=error_responses(401, 404, 503), dependencies=[Depends(require_cohort)])
 async def heldout(serving: Serving, run: str) -> HeldoutReadings:
     """The latest held-out reading of each member this evaluator has (the aggregator's stats carry them too)."""
     return serving.view(run)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import AliasChoices, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -22,6 +22,11 @@ class EvaluatorSettings(BaseSettings):
     poll_s: float = Field(default=10.0, gt=0, description="Seconds between two polls of the members' weight versions.")
     autostart: bool = Field(default=True, description="Start polling with the app (tests poll by hand).")
     redis_url: str | None = Field(default=None, description="Overrides the config's redis_url.")
+    cohort_token: SecretStr | None = Field(
+        default=None,
+        validation_alias=AliasChoices("CORL_COHORT_TOKEN", "cohort_token"),
+        description="Sent to the members' servers and required on this service's readings route; unset: open.",
+    )
     redis_timeout_s: float = Field(default=10.0, gt=0, description="Socket timeout of every Redis call.")
     record_attempts: int = Field(default=3, ge=1, description="tenacity attempts of a reading's Redis write.")
     info_timeout_s: float = Field(default=5.0, gt=0, description="Timeout of a member's GET /v1/info.")

@@ -75,6 +75,7 @@ def create_app(settings: ServerSettings | None = None, backend: Backend | None =
     )
     app.state.settings = settings
     app.state.admin_token = settings.admin_token.get_secret_value() if settings.admin_token else None
+    app.state.cohort_token = settings.cohort_token.get_secret_value() if settings.cohort_token else None
     app.state.metrics = ServerMetrics()
     app.state.backend_override = backend
     app.state.serving = app.state.openai = None

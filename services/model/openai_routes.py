@@ -15,7 +15,7 @@ from corl.proto.openai import (
     ModelList,
     TextCompletion,
 )
-from corl.services.http import error_responses
+from corl.services.http import error_responses, require_cohort
 
 from .openai_serving import OpenAIServing, Served
 from .routes import started
@@ -27,7 +27,7 @@ async def get_openai(request: Request) -> OpenAIServing:
 
 OpenAI = Annotated[OpenAIServing, Depends(get_openai)]
 
-_ERRORS = error_responses(404, 413, 422, 503)
+_ERRORS = error_responses(401, 404, 413, 422, 503)
 # One server-sent event: `data:` holds a chunk's JSON (ChatCompletionChunk / TextCompletion), or an
 # ErrorResponse when the stream fails after its first chunk; the last is `[DONE]`.
 _EVENT = {
@@ -39,7 +39,7 @@ _EVENT = {
 _STREAM = {"text/event-stream": {"itemSchema": _EVENT}}  # OpenAPI 3.2: the schema of each event
 _HEADERS = {WEIGHT_VERSION_HEADER: {"description": "Weights behind every choice.", "schema": {"type": "integer"}}}
 
-router = APIRouter(tags=["openai"])
+router = APIRouter(tags=["openai"], dependencies=[Depends(require_cohort)])
 
 
 def _answer(served: Served) -> Response:
@@ -65,6 +65,6 @@ async def completions(body: CompletionRequest, openai: OpenAI) -> Response:
     return _answer(await openai.complete(body))
 
 
-@router.get("/v1/models", response_model=ModelList, responses=error_responses(503))
+@router.get("/v1/models", response_model=ModelList, responses=error_responses(401, 503))
 async def models(openai: OpenAI) -> ModelList:
     return openai.models()

@@ -19,7 +19,7 @@ from corl.proto import (
     WeightUpdateResponse,
 )
 from corl.services.errors import UnavailableError
-from corl.services.http import error_responses, require_admin
+from corl.services.http import error_responses, require_admin, require_cohort
 
 from .metrics import ServerMetrics
 from .serving import ModelServing
@@ -55,12 +55,22 @@ def _json(model: BaseModel) -> Response:
     return Response(model.model_dump_json(), media_type="application/json")
 
 
-@router.post("/v1/generate", response_model=GenerateResponse, responses=error_responses(413, 422, 503))
+@router.post(
+    "/v1/generate",
+    response_model=GenerateResponse,
+    responses=error_responses(401, 413, 422, 503),
+    dependencies=[Depends(require_cohort)],
+)
 async def generate(body: GenerateRequest, serving: Serving) -> Response:
     return _json(await serving.generate(body))
 
 
-@router.post("/v1/grade", response_model=GradeResponse, responses=error_responses(413, 422, 503))
+@router.post(
+    "/v1/grade",
+    response_model=GradeResponse,
+    responses=error_responses(401, 413, 422, 503),
+    dependencies=[Depends(require_cohort)],
+)
 async def grade(body: GradeRequest, serving: Serving) -> Response:
     return _json(await serving.grade(body))
 

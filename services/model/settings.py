@@ -38,6 +38,10 @@ class ServerSettings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=0, le=65535)
     admin_token: SecretStr | None = Field(default=None, description="Bearer token for POST /v1/weights.")
+    cohort_token: SecretStr | None = Field(
+        default=None,
+        description="Bearer token for /v1/generate, /v1/grade and the OpenAI routes (CORL_COHORT_TOKEN); unset: open.",
+    )
     weights_root: Path | None = Field(
         default=None,
         description="The weights store: POST /v1/weights loads only directories under it (403 otherwise). "

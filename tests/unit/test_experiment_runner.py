@@ -47,9 +47,10 @@ def finished_runs(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, dict | Non
     runs: list[tuple[str, dict | None]] = []
 
     def finished_run(cfg: object, run_dir: Path, opts: runner.RunOptions, console: Console) -> RunResult:
-        runs.append((run_dir.name, opts.start_accuracy))
+        given = None if opts.start_accuracy is None else {m: r.accuracy for m, r in opts.start_accuracy.items()}
+        runs.append((run_dir.name, given))
         run_dir.mkdir(parents=True, exist_ok=True)
-        start = opts.start_accuracy or {"a": 0.25, "b": 0.5}  # what the servers read in the first run
+        start = given or {"a": 0.25, "b": 0.5}  # what the servers read in the first run
         rows = [
             {"members": {m: {"accuracy": start[m], "accuracy_version": 0, "distinct_answers": 2.0} for m in "ab"}},
             {"members": {m: {"accuracy": 0.75, "accuracy_version": 4, "distinct_answers": 1.0} for m in "ab"}},

@@ -406,14 +406,22 @@ def test_rewards_have_the_samples_shape_and_lie_in_unit_interval(mode: str) -> N
     for _ in range(100):
         answers, names = _random_round(rng)
         truth = [rng.choice(ALPHABET) for _ in answers[names[0]]]
-        out = compute_rewards(mode, answers, dataset_answers=truth, threshold=rng.choice([0.0, 0.5]))
+        formatted = {m: [[a is not None for a in s] for s in answers[m]] for m in names}
+        out = compute_rewards(
+            mode,
+            answers,
+            dataset_answers=truth,
+            threshold=rng.choice([0.0, 0.5]),
+            formatted=formatted,
+            seed=rng.randrange(99),
+        )
         for m in names:
             assert [len(r) for r in out.rewards[m]] == [len(s) for s in answers[m]]
             assert len(out.labels[m]) == len(answers[m])
             for row, samples in zip(out.rewards[m], answers[m], strict=True):
                 for r, a in zip(row, samples, strict=True):
                     assert 0.0 <= r <= 1.0
-                    if a is None:
+                    if a is None and mode != "random":  # the random control pays blind, by design
                         assert r == 0.0
 
 

@@ -73,7 +73,9 @@ def test_greedy_only_when_k_is_below_two() -> None:
     with httpx.Client(transport=httpx.MockTransport(fake_server(requests))) as http:
         r = evaluate_server(http, "http://m", get_task("math"), EXAMPLES, sp, k=1, chunk=8)
     assert len(requests) == 1 and r.maj_at_k is None and r.sample_acc is None and r.pass_at_1 == pytest.approx(0.8)
-    assert r.row() == {"n": 5, "weight_version": 7, "pass@1": r.pass_at_1}  # no "maj@0" column of nulls
+    # No "maj@0" column of nulls. Every greedy answer reads ("so #### 4"), none is in the asked form (a
+    # last line "#### x"): the reader's parsed and formatted shares beside the accuracy.
+    assert r.row() == {"n": 5, "weight_version": 7, "pass@1": r.pass_at_1, "parsed": 1.0, "formatted": 0.0}
 
 
 def test_a_server_error_is_raised_not_scored_as_wrong() -> None:

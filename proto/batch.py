@@ -4,6 +4,8 @@ It carries what produced it: the sampling settings of the round, and each prompt
 (with the member's own token ids), its samples below it.
 """
 
+from typing import Annotated
+
 from pydantic import Field
 
 from ._base import WireModel
@@ -11,14 +13,20 @@ from .generate import FinishReason, SamplingSettings
 from .modes import RewardModeName
 
 
+# What a trainer steps on must be finite: a NaN reward or log-prob (JSON allows neither, Python's
+# encoder writes both) would poison the update, so a batch carrying one fails validation and is dropped.
+TokenId = Annotated[int, Field(ge=0)]
+LogProb = Annotated[float, Field(le=1e-3, allow_inf_nan=False)]  # <= 0, with room for a backend's rounding
+
+
 class GradedSample(WireModel):
     sample_id: str
     response: str
-    response_token_ids: list[int]
-    logprobs: list[float] = Field(description="Sampling log-probs returned by the server, one per response token.")
+    response_token_ids: list[TokenId]
+    logprobs: list[LogProb] = Field(description="Sampling log-probs returned by the server, one per response token.")
     finish_reason: FinishReason
     weight_version: int = Field(ge=0, description="Weights the sample was generated with.")
-    reward: float
+    reward: float = Field(allow_inf_nan=False)
     answer: str | None = Field(default=None, description="Canonical extracted answer (None if unparseable).")
 
 
@@ -27,10 +35,10 @@ class PromptGroup(WireModel):
 
     group_id: str
     prompt: str = Field(description="Task text of the prompt.")
-    prompt_token_ids: list[int] = Field(min_length=1, description="The prompt as the member's server rendered it.")
+    prompt_token_ids: list[TokenId] = Field(min_length=1, description="The prompt as the member's server rendered it.")
     samples: list[GradedSample] = Field(min_length=1)
     weight: float = Field(
-        default=1.0, ge=0.0, description="Scales the group's advantages (a reward mode's confidence in the prompt)."
+        default=1.0, ge=0.0, allow_inf_nan=False, description="Scales the group's advantages (a reward mode's confidence in the prompt)."
     )
 
 

@@ -175,8 +175,9 @@ class Trainer:
     def _handle(self, entry: Entry) -> None:
         m = self.metrics
         batch = entry.batch
-        if batch is None or batch.member != self.member or batch.run_id != self.cfg.run_id:
-            why = entry.error or f"batch for {batch.member!r}/{batch.run_id!r}"  # type: ignore[union-attr]
+        outside = None if batch is None else self.policy.tokens_outside_vocab(batch)
+        if batch is None or batch.member != self.member or batch.run_id != self.cfg.run_id or outside:
+            why = entry.error or outside or f"batch for {batch.member!r}/{batch.run_id!r}"  # type: ignore[union-attr]
             log.error("dropping stream entry %s: %s", entry.entry_id, why)
             self._labels(m.invalid_dropped).inc()
             self.stream.commit([entry.entry_id], dropped=[f"invalid:{entry.entry_id}"])

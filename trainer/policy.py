@@ -197,6 +197,12 @@ class PolicyTrainer:
             return self.sharding.clip_grad_norm(self.params, max_norm)
         return float(torch.nn.utils.clip_grad_norm_(self.params, max_norm))
 
+    def tokens_outside_vocab(self, batch: GradedBatch) -> str | None:
+        """Why ``batch`` cannot be trained on (a token id the model has no embedding for), or None."""
+        vocab = self.model.get_input_embeddings().weight.shape[0]
+        top = max(max([*g.prompt_token_ids, *(t for s in g.samples for t in s.response_token_ids)]) for g in batch.groups)
+        return f"token id {top} outside the vocabulary ({vocab})" if top >= vocab else None
+
     def step(self, batch: GradedBatch) -> StepStats:
         """One update (``steps_per_batch`` optimizer steps) on ``batch``."""
         tc, sp, t0 = self.train_cfg, batch.sampling, time.perf_counter()

@@ -26,7 +26,9 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-INTERPRETER = "/usr/bin/python3"  # the system's: its files are readable by nobody (a venv under /root is not)
+# The jail binds only /usr: programs run with a system interpreter under it (its files are readable by
+# nobody; a venv's interpreter under /root is not), the distribution's or an image's /usr/local one.
+INTERPRETERS = ("/usr/bin/python3", "/usr/local/bin/python3")
 NAMESPACES = ("user", "mount", "pid", "network", "ipc", "uts", "cgroup")
 ALLOW_INSECURE_ENV = "CORL_SANDBOX_ALLOW_INSECURE"
 
@@ -94,9 +96,10 @@ def probe(uid: int) -> tuple[Jail | None, str]:
     bwrap = shutil.which("bwrap")
     if bwrap is None:
         return None, "bubblewrap (bwrap) is not installed (Debian: apt-get install bubblewrap)"
-    if not os.access(INTERPRETER, os.X_OK):
-        return None, f"{INTERPRETER} (the interpreter programs run with inside the jail) is missing"
-    jail = Jail(bwrap, INTERPRETER, uid)
+    interpreter = next((os.path.realpath(p) for p in INTERPRETERS if os.access(p, os.X_OK)), None)
+    if interpreter is None or not interpreter.startswith("/usr/"):
+        return None, f"no Python under /usr for the jail to run programs with (looked for {', '.join(INTERPRETERS)})"
+    jail = Jail(bwrap, interpreter, uid)
     root = Path(tempfile.mkdtemp(prefix="corl-jail-probe-"))
     try:
         (root / "work").mkdir()
@@ -106,7 +109,7 @@ def probe(uid: int) -> tuple[Jail | None, str]:
             os.chown(root / "work", uid, uid)
         try:
             out = subprocess.run(
-                jail.command(root, [INTERPRETER, "-I", "-S", "-c", "import os; print(os.getuid())"]),
+                jail.command(root, [interpreter, "-I", "-S", "-c", "import os; print(os.getuid())"]),
                 capture_output=True,
                 text=True,
                 timeout=30,

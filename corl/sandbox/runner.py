@@ -115,7 +115,9 @@ def run_python(code: str, limits: Limits | None = None) -> SandboxResult:
             )
             try:
                 rc: int | None = proc.wait(timeout=lim.timeout_s)
-                status: Status = "ok" if rc == 0 else ("killed" if rc is not None and rc < 0 else "error")
+                # bwrap reports a child killed by a signal (an rlimit) as 128 + the signal.
+                signalled = rc is not None and (rc < 0 or (jail is not None and rc > 128))
+                status: Status = "ok" if rc == 0 else ("killed" if signalled else "error")
             except subprocess.TimeoutExpired:
                 rc, status = None, "timeout"
             _kill_group(proc)  # also reaps any child the program left behind

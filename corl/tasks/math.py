@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 
 from corl.proto import PromptFormat
 
-from . import literal
+from . import bounded, literal
 from .base import Example, OneByOne, Splits, record_fields
 
 _TAIL = 4000  # characters of a completion searched for its answer: bounds parsing time
@@ -34,6 +34,7 @@ _SHOT = (
     "Question: Tom has 3 boxes with 4 apples each. He eats 2 apples. How many apples are left?\n"
     "Answer: Tom has 3 * 4 = 12 apples. After eating 2 he has 12 - 2 = 10.\n#### 10\n\n"
 )
+_NUMBER = re.compile(r"-?\d+(?:/\d+)?")  # a canonical rational (literal.canonical_number, sympy's str)
 _MATH_WORDS = {"sqrt", "frac", "dfrac", "pi", "infty", "sin", "cos", "tan", "log", "ln", "exp", "cdot", "times"}
 
 logging.getLogger("math_verify").setLevel(logging.ERROR)  # it warns on every parse without a timeout
@@ -131,6 +132,26 @@ def _number(canonical: str | None) -> tuple[str, Any] | None:
     return None if canonical is None else (canonical, sympy.Rational(canonical))
 
 
+def read_value(value: str, boxed: bool) -> tuple[str, Any] | None:
+    """(canonical, value) of a marked answer that is not one number, by math-verify. Unbounded in time
+    on hostile text: callers go through ``corl.tasks.bounded`` (a worker process with a budget)."""
+    expr = parse_answer(f"\\boxed{{{value}}}") if boxed else _parse_written(value)
+    return None if expr is None else (_canonical(expr), expr)
+
+
+def verify_value(gold: str, predicted: Any) -> bool:
+    """math-verify's equivalence of a data set's canonical answer and a read value (through ``bounded``)."""
+    from math_verify import verify
+
+    gold_expr = gold_value(gold)
+    if gold_expr is None:
+        return False
+    try:
+        return bool(verify(gold_expr, predicted, timeout_seconds=None))
+    except Exception:
+        return False
+
+
 @functools.lru_cache(maxsize=4096)
 def gold_value(canonical: str) -> Any | None:
     """The value of a data set's canonical answer. It is sympy's own string (``(n + 1)**(n - 1)``), so
@@ -190,8 +211,8 @@ class MathTask(OneByOne):
         number = literal.lone_number(value)
         if number is not None:
             return _number(number)
-        expr = parse_answer(f"\\boxed{{{value}}}") if marked[1] else _parse_written(value)
-        return None if expr is None else (_canonical(expr), expr)
+        read: tuple[str, Any] | None = bounded.call("read", value, marked[1])  # symbolic: under a time budget
+        return read
 
     def extract_answer(self, prompt: str, completion: str) -> str | None:
         read = self.read(prompt, completion)
@@ -213,15 +234,9 @@ class MathTask(OneByOne):
             return False
         if read[0] == example.answer:
             return True
-        from math_verify import verify
-
-        gold = gold_value(example.answer)
-        if gold is None:
-            return False
-        try:
-            return bool(verify(gold, read[1], timeout_seconds=None))
-        except Exception:
-            return False
+        if _NUMBER.fullmatch(read[0]) and _NUMBER.fullmatch(example.answer):
+            return False  # two rationals in canonical form: equal exactly when their spellings are
+        return bool(bounded.call("verify", example.answer, read[1]))
 
     def judge_prompt(self, prompt: str, response: str) -> str:
         return (

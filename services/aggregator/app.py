@@ -17,7 +17,7 @@ from corl.config import CohortConfig, load_config
 from corl.proto import CONTRACT_VERSION
 from corl.sandbox import require_sandbox
 from corl.services.http import error_response, install_edge
-from corl.tasks import get_task
+from corl.tasks import bounded, get_task
 from corl.tracking import build_tracking
 
 from .metrics import AggregatorMetrics
@@ -38,8 +38,11 @@ def create_app(
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         cfg = config or load_config(settings.config)
-        if get_task(cfg.task.name).runs_code:  # fail closed before serving: no jail, no code task
+        task = get_task(cfg.task.name)
+        if task.runs_code:  # fail closed before serving: no jail, no code task
             await asyncio.to_thread(require_sandbox)
+        if task.name == "math":  # symbolic answers are read in worker processes: start them now
+            await asyncio.to_thread(bounded.warm)
         hs = settings.http
         http = httpx.AsyncClient(
             transport=transport or httpx.AsyncHTTPTransport(retries=hs.transport_retries),

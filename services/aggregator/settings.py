@@ -57,7 +57,12 @@ class RewardServerSettings(_Section):
     max_prompts_per_call: int = Field(default=16, ge=1, description="Prompts per member generate call.")
     max_queries: int = Field(default=4096, ge=1, description="Responses per request.")
     timeout_s: float = Field(default=120.0, gt=0, description="A request not scored in time gets 503.")
-    max_body_bytes: int = Field(default=64 << 20, ge=1024, description="Bound on a reward request's body.")
+    max_body_bytes: int = Field(
+        default=8 << 20,
+        ge=1024,
+        description="Bound on a reward request's body, checked before it is read (413): a few thousand queries "
+        "of a few KB each; raise it with max_queries for longer responses.",
+    )
     end_markers: list[str] = Field(
         default_factory=lambda: list(_END_MARKERS), description="Stripped from the end of a response."
     )

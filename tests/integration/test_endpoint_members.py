@@ -180,6 +180,7 @@ async def test_a_read_timeout_leaves_the_endpoint_out_and_it_comes_back(redis_ur
     [
         pytest.param(["invalid_json"], 4, True, id="invalid-json-one-reply"),
         pytest.param(["no_choices"], 4, True, id="no-choices-one-reply"),
+        pytest.param(["huge"], 4, True, id="reply-over-the-byte-bound"),
         pytest.param(["short"], 1, True, id="fewer-choices-than-n"),
         pytest.param(["no_content"], 4, True, id="choices-without-content"),
         pytest.param(["invalid_json"] * 4, 0, False, id="no-reply-readable"),

@@ -9,6 +9,15 @@ def test_local_redis_is_real_and_stops() -> None:
         r.xadd("s", {"a": "1"})
         assert r.xlen("s") == 1
         port = srv.port
+        # A stranger without the password can neither read nor forge a batch.
+        stranger = redis.Redis(port=port, socket_connect_timeout=0.5)
+        for call in (stranger.ping, lambda: stranger.xadd("corl:run:batches:m", {"batch": "{}"})):
+            try:
+                call()
+                raise AssertionError("redis answered a client without the password")
+            except redis.AuthenticationError:
+                pass
+        assert srv.url.startswith("redis://:") and "password" in {p.name for p in srv.data_dir.iterdir()}
     try:
         redis.Redis(port=port, socket_connect_timeout=0.5).ping()
         raise AssertionError("redis still answering after close")

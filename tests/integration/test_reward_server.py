@@ -166,6 +166,14 @@ async def test_a_rollout_batch_has_its_own_body_bound(redis_url: str) -> None:
     assert graders.status_code == 413  # the other routes keep their own bound
 
 
+async def test_a_10_mb_reward_body_is_refused_before_it_is_read(redis_url: str) -> None:
+    """The default bound: the body is never parsed (not even as JSON: it is not JSON)."""
+    async with aggregator(make_config(["a", "b"]), FakeCohort.of("a", "b"), redis_url) as (_, c):
+        for path in ("/get_reward", "/v1/reward"):
+            r = await c.post(path, content=b"x" * (10 << 20), headers={"content-type": "application/json"})
+            assert r.status_code == 413 and r.json()["error"]["type"] == "payload_too_large"
+
+
 async def test_member_sampling_is_bounded(redis_url: str) -> None:
     fake = FakeCohort.of("a", "b", accuracy=1.0)
     fake.slow = {"a": 0.05}

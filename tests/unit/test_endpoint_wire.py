@@ -120,6 +120,13 @@ def test_a_completion_reply_reads_text_and_per_token_candidates() -> None:
     assert source == "logprobs" and score == pytest.approx(math.exp(-0.2) / (math.exp(-0.2) + math.exp(-1.9)))
 
 
+@pytest.mark.parametrize("bogus", [1000.0, math.inf, math.nan, 0.5])
+def test_an_impossible_logprob_from_an_outside_server_is_ignored_not_an_overflow(bogus: float) -> None:
+    """``logprob: 1000`` raised OverflowError in math.exp and stalled every peer_judge round."""
+    assert logprob_verdict([{"Y": bogus, "N": math.log(0.9)}], "Y", "N") == 0.0
+    assert logprob_verdict([{"Y": bogus}], "Y", "N") is None
+
+
 def test_logprob_verdict_takes_the_first_token_where_a_verdict_is_a_candidate() -> None:
     yes, no = math.log(0.6), math.log(0.2)
     positions = [{"\n": -0.01}, {"Yes": yes, " yes": yes, "No": no}, {"No": 0.0}]

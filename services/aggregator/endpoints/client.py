@@ -40,6 +40,7 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 _REFUSED = frozenset({400, 422})  # how servers refuse a parameter they do not take
+MAX_REPLY_BYTES = 16 << 20  # an outside reply larger than this is no answer (n=16 with logprobs stays far below)
 
 
 class _Capability:
@@ -114,22 +115,34 @@ class EndpointClient:
         return headers
 
     async def _post_once(self, body: bytes) -> bytes:
+        """The reply's bytes; ``b""`` (an unreadable reply: no answer) when it passes ``MAX_REPLY_BYTES``,
+        read no further: an outside server cannot make the aggregator hold an unbounded reply."""
         async with self._slots:
             t0 = time.perf_counter()
             try:
-                resp = await self.http.post(self._url, content=body, headers=self._headers(), timeout=self._timeout)
+                async with self.http.stream(
+                    "POST", self._url, content=body, headers=self._headers(), timeout=self._timeout
+                ) as resp:
+                    status = resp.status_code
+                    if status >= 400:
+                        kind = "rate_limited" if status == 429 else "server_error" if status >= 500 else "client_error"
+                        self.usage.request(kind)
+                        self.usage.error(f"HTTP {status}")
+                        resp.raise_for_status()
+                    raw = bytearray()
+                    async for chunk in resp.aiter_bytes():
+                        raw += chunk
+                        if len(raw) > MAX_REPLY_BYTES:
+                            self.usage.error(f"reply over {MAX_REPLY_BYTES} bytes")
+                            raw = bytearray()
+                            break
             except httpx.TransportError as err:
                 self.usage.request("timeout" if isinstance(err, httpx.TimeoutException) else "transport_error")
                 self.usage.error(_describe(err))
                 raise
             seconds = time.perf_counter() - t0
-        status = resp.status_code
-        if status >= 400:
-            self.usage.request("rate_limited" if status == 429 else "server_error" if status >= 500 else "client_error")
-            self.usage.error(f"HTTP {status}")
-            resp.raise_for_status()
         self.usage.request("ok", seconds)
-        return resp.content
+        return bytes(raw)
 
     async def _send(self, body: bytes) -> Reply | None:
         """One request, retried as ``retry.py`` says; its reply, or None when the reply is unreadable."""

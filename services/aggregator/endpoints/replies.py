@@ -154,8 +154,11 @@ def logprob_verdict(candidates: Sequence[dict[str, float]], correct: str, incorr
     """P(correct) / (P(correct) + P(incorrect)) at the first generated token where either verdict is
     among the candidates (case and surrounding spaces ignored); ``None`` when neither ever is."""
     for cands in candidates:
-        p_yes = sum(math.exp(lp) for tok, lp in cands.items() if _same(tok, correct))
-        p_no = sum(math.exp(lp) for tok, lp in cands.items() if _same(tok, incorrect))
+        # A log-prob is finite and <= 0; an outside server's 1000 or Infinity is no probability (it
+        # overflowed math.exp and stalled every judged round): such a candidate is ignored.
+        valid = {tok: lp for tok, lp in cands.items() if math.isfinite(lp) and lp <= 0.0}
+        p_yes = sum(math.exp(lp) for tok, lp in valid.items() if _same(tok, correct))
+        p_no = sum(math.exp(lp) for tok, lp in valid.items() if _same(tok, incorrect))
         if p_yes + p_no > 0.0:
             return p_yes / (p_yes + p_no)
     return None

@@ -1,0 +1,60 @@
+"""A trainer trains only on batches it can trust: finite rewards and log-probs, token ids it has
+embeddings for. Anything else fails validation (or the vocabulary check) and is dropped, never stepped on."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import pytest
+import torch
+from pydantic import ValidationError
+
+from corl.proto import GradedBatch
+
+pytestmark = pytest.mark.security
+
+
+def batch(**sample: object) -> dict:
+    s = {"sample_id": "s", "response": "r", "response_token_ids": [1], "logprobs": [-0.5], "finish_reason": "stop",
+         "weight_version": 0, "reward": 1.0, **sample}  # fmt: skip
+    return {
+        "batch_id": "b", "run_id": "r", "round": 0, "member": "m", "reward_mode": "peer_pool", "created_at": 0.0,
+        "sampling": {"temperature": 1.0, "top_p": 1.0, "max_tokens": 4, "stop": []},
+        "groups": [{"group_id": "g", "prompt": "p", "prompt_token_ids": [1], "samples": [s]}],
+        "diagnostics": {"mean_reward": 0, "label_rate": 0, "distinct_answers": 0, "answer_entropy": 0,
+                        "mean_response_tokens": 0},
+    }  # fmt: skip
+
+
+def test_a_well_formed_batch_validates() -> None:
+    assert GradedBatch.model_validate_json(json.dumps(batch())).groups[0].samples[0].reward == 1.0
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"reward": float("nan")},
+        {"reward": float("inf")},
+        {"logprobs": [float("nan")]},
+        {"logprobs": [float("-inf")]},
+        {"logprobs": [1000.0]},
+        {"response_token_ids": [-1]},
+    ],
+    ids=["nan-reward", "inf-reward", "nan-logprob", "inf-logprob", "positive-logprob", "negative-token"],
+)
+def test_non_finite_or_impossible_values_are_refused(bad: dict) -> None:
+    raw = json.dumps(batch(**bad))  # Python's encoder writes NaN and Infinity; the trainer must not take them
+    with pytest.raises(ValidationError):
+        GradedBatch.model_validate_json(raw)
+
+
+def test_token_ids_outside_the_vocabulary_are_named() -> None:
+    from corl.trainer.policy import PolicyTrainer as Policy
+
+    model = SimpleNamespace(get_input_embeddings=lambda: torch.nn.Embedding(50, 4))
+    policy = SimpleNamespace(model=model)
+    ok = GradedBatch.model_validate_json(json.dumps(batch(response_token_ids=[49])))
+    assert Policy.tokens_outside_vocab(policy, ok) is None  # type: ignore[arg-type]
+    bad = GradedBatch.model_validate_json(json.dumps(batch(response_token_ids=[50])))
+    assert "50 outside the vocabulary (50)" in str(Policy.tokens_outside_vocab(policy, bad))  # type: ignore[arg-type]

@@ -12,7 +12,6 @@ from ._base import WireModel
 from .generate import FinishReason, SamplingSettings
 from .modes import RewardModeName
 
-
 # What a trainer steps on must be finite: a NaN reward or log-prob (JSON allows neither, Python's
 # encoder writes both) would poison the update, so a batch carrying one fails validation and is dropped.
 TokenId = Annotated[int, Field(ge=0)]
@@ -38,7 +37,10 @@ class PromptGroup(WireModel):
     prompt_token_ids: list[TokenId] = Field(min_length=1, description="The prompt as the member's server rendered it.")
     samples: list[GradedSample] = Field(min_length=1)
     weight: float = Field(
-        default=1.0, ge=0.0, allow_inf_nan=False, description="Scales the group's advantages (a reward mode's confidence in the prompt)."
+        default=1.0,
+        ge=0.0,
+        allow_inf_nan=False,
+        description="Scales the group's advantages (a reward mode's confidence in the prompt).",
     )
 
 

@@ -55,6 +55,9 @@ class GroupLeader:
         self.sharding.broadcast((command, arg))
         self._sent = time.monotonic()
 
+    def tokens_outside_vocab(self, batch: GradedBatch) -> str | None:
+        return self.policy.tokens_outside_vocab(batch)  # every rank holds the same vocabulary
+
     def step(self, batch: GradedBatch) -> StepStats:
         self._send("step", batch.model_dump_json())
         return self.policy.step(batch)

@@ -200,7 +200,12 @@ class PolicyTrainer:
     def tokens_outside_vocab(self, batch: GradedBatch) -> str | None:
         """Why ``batch`` cannot be trained on (a token id the model has no embedding for), or None."""
         vocab = self.model.get_input_embeddings().weight.shape[0]
-        top = max(max([*g.prompt_token_ids, *(t for s in g.samples for t in s.response_token_ids)]) for g in batch.groups)
+        ids = (
+            t
+            for g in batch.groups
+            for t in (*g.prompt_token_ids, *(t for s in g.samples for t in s.response_token_ids))
+        )
+        top = max(ids)
         return f"token id {top} outside the vocabulary ({vocab})" if top >= vocab else None
 
     def step(self, batch: GradedBatch) -> StepStats:

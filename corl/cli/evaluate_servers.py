@@ -61,7 +61,13 @@ def eval_through_servers(
         run_preflight(cfg, run_dir, console, force=force, memory=memory, trainers=False)
         token = os.environ.get("CORL_COHORT_TOKEN") or secrets.token_urlsafe(24)  # its servers, its client only
         group = ProcessGroup(
-            run_dir / "logs", env={"CORL_LOG_LEVEL": "WARNING", "CORL_COHORT_TOKEN": token, **cfg.sandbox.env()}
+            run_dir / "logs",
+            env={
+                "CORL_LOG_LEVEL": "WARNING",
+                "CORL_COHORT_TOKEN": token,
+                "CORL_TASKS": cfg.task.name,
+                **cfg.sandbox.env(),
+            },
         )
         served = cfg.served_members()
         outside = [m.name for m in cfg.members if m.endpoint is not None]

@@ -108,6 +108,28 @@ def experiment_table(
     typer.echo((out / "results.md").read_text())
 
 
+def experiment_answers(
+    run: Path = typer.Argument(..., help="A finished run's directory (its final/<member> weights)."),
+    config: Path = typer.Option(..., "--config", help="The config the run started from (members, task)."),
+    n: int = typer.Option(12, "--n", min=1, help="Held-out problems to show per member."),
+    out: Path | None = typer.Option(None, "--out", help="Also write the table to this markdown file."),
+) -> None:
+    """Print each member's greedy answers to the first N held-out problems before and after the run,
+    what the task's reader took from each and whether it is right (read the answers behind a figure)."""
+    from rich.console import Console
+
+    from corl.experiment.answers import answers_table
+
+    from .config_file import read_config
+
+    if not (run / "final").is_dir():
+        raise typer.BadParameter(f"{run} has no final/ weights: not a finished run", param_hint="RUN")
+    table = answers_table(read_config(config, Console()), run, n)
+    typer.echo(table)
+    if out is not None:
+        out.write_text(table)
+
+
 def parse_modes(spec: str) -> tuple[list[str], dict[str, int]]:
     """``"ground_truth,peer_pool,self_vote:1"`` -> the modes in order and their seed limits."""
     names: list[str] = []

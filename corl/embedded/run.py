@@ -279,6 +279,7 @@ def run_embedded(cfg: CohortConfig, run_dir: Path, opts: RunOptions, console: Co
             "CORL_LOG_LEVEL": "INFO",
             "CORL_ADMIN_TOKEN": token,
             "CORL_COHORT_TOKEN": cohort_token,
+            "CORL_TASKS": cfg.task.name,  # the servers grade the run's task, nothing else
             **cfg.sandbox.env(),
         },
         restart=opts.restart,

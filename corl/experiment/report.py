@@ -141,8 +141,8 @@ def controlled_table(results: Sequence[MemberResult], modes: Sequence[str]) -> s
     gt_own = statistics.fmean(g["ground_truth"].values()) - floor if "ground_truth" in g else None
 
     def share_of(before_after: str, metric: str, mode: str) -> str:
-        vals = [(r.before if before_after == "before" else r.after).get(metric) for r in results if r.mode == mode]
-        vals = [v for v in vals if v is not None]
+        read = [(r.before if before_after == "before" else r.after).get(metric) for r in results if r.mode == mode]
+        vals = [v for v in read if v is not None]
         return f"{statistics.fmean(vals):.2f}" if vals else "-"
 
     lines = [

@@ -80,9 +80,10 @@ class Jail:
         ]  # fmt: skip
         return cmd
 
-    def popen_user(self) -> dict[str, object]:
-        """Start bwrap itself as the unprivileged uid when we are root (so nothing maps to root)."""
-        return {"user": self.uid, "group": self.uid, "extra_groups": []} if os.geteuid() == 0 else {}
+    def run_as(self) -> int | None:
+        """The uid bwrap itself is started as: the unprivileged one when we are root (so nothing in the
+        jail maps to root); None (our own) otherwise."""
+        return self.uid if os.geteuid() == 0 else None
 
 
 def insecure_allowed() -> bool:
@@ -114,7 +115,9 @@ def probe(uid: int) -> tuple[Jail | None, str]:
                 text=True,
                 timeout=30,
                 stdin=subprocess.DEVNULL,
-                **jail.popen_user(),  # type: ignore[arg-type]
+                user=jail.run_as(),
+                group=jail.run_as(),
+                extra_groups=[] if jail.run_as() is not None else None,
             )
         except (OSError, subprocess.SubprocessError) as err:
             return None, f"bwrap could not start: {err}"

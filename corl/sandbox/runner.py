@@ -75,13 +75,13 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
     proc.wait()
 
 
-def _command(jail: Jail | None, root: Path, args: dict[str, object]) -> tuple[list[str], Path, dict[str, object]]:
-    """(argv, cwd, extra Popen arguments) of one run: in the jail, or the bare launcher (allowed insecure)."""
+def _command(jail: Jail | None, root: Path, args: dict[str, object]) -> tuple[list[str], Path, int | None]:
+    """(argv, cwd, uid to start it as) of one run: in the jail, or the bare launcher (allowed insecure)."""
     if jail is not None:
         argv = [jail.interpreter, "-I", "-S", "/sandbox/launcher.py", "/work", json.dumps({**args, "jailed": True})]
-        return jail.command(root, argv), root, jail.popen_user()
+        return jail.command(root, argv), root, jail.run_as()
     work = root / "work"
-    return [sys.executable, "-I", "-S", str(LAUNCHER), str(work), json.dumps({**args, "jailed": False})], work, {}
+    return [sys.executable, "-I", "-S", str(LAUNCHER), str(work), json.dumps({**args, "jailed": False})], work, None
 
 
 def run_python(code: str, limits: Limits | None = None) -> SandboxResult:
@@ -111,7 +111,9 @@ def run_python(code: str, limits: Limits | None = None) -> SandboxResult:
                 stdout=out,
                 stderr=err,
                 start_new_session=True,  # its own process group: a timeout kills every child too
-                **user,  # type: ignore[arg-type]
+                user=user,
+                group=user,
+                extra_groups=[] if user is not None else None,
             )
             try:
                 rc: int | None = proc.wait(timeout=lim.timeout_s)

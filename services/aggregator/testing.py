@@ -238,9 +238,9 @@ class FakeEndpoint:
         usage = {"prompt_tokens": 7, "completion_tokens": 2 * len(contents), "total_tokens": 7 + 2 * len(contents)}
         obj = "chat.completion" if chat else "text_completion"
         reply = {"id": "cmpl-1", "object": obj, "model": body["model"], "choices": choices, "usage": usage}
-        content = json.dumps({**reply, "service_tier": None}).encode()
+        raw = json.dumps({**reply, "service_tier": None}).encode()
         if step == "huge":  # a valid reply padded past the client's byte bound: read whole, it would count
             from .endpoints.client import MAX_REPLY_BYTES
 
-            content += b" " * MAX_REPLY_BYTES
-        return httpx.Response(200, content=content, headers={"content-type": "application/json"})
+            raw += b" " * MAX_REPLY_BYTES
+        return httpx.Response(200, content=raw, headers={"content-type": "application/json"})

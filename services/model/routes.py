@@ -68,7 +68,7 @@ async def generate(body: GenerateRequest, serving: Serving) -> Response:
 @router.post(
     "/v1/grade",
     response_model=GradeResponse,
-    responses=error_responses(401, 413, 422, 503),
+    responses=error_responses(401, 403, 413, 422, 503),
     dependencies=[Depends(require_cohort)],
 )
 async def grade(body: GradeRequest, serving: Serving) -> Response:

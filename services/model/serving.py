@@ -137,9 +137,21 @@ class ModelServing:
         update = {f: min(getattr(model, f), b) for f, b in bounds.items() if f not in model.model_fields_set}
         return model.model_copy(update=update) if update else model
 
-    def _check_n(self, n: int, field: str) -> None:
+    def _check_n(self, n: int, field: str, prompts: int = 1) -> None:
         if n > self.settings.max_n:
             raise InvalidInputError(f"{field}={n} exceeds this server's bound {self.settings.max_n}", field)
+        if n * prompts > self.settings.max_rows:
+            raise InvalidInputError(
+                f"{prompts} prompts x {field}={n} = {n * prompts} sequences, this server decodes at most "
+                f"{self.settings.max_rows} per call",
+                field,
+            )
+
+    def served_tasks(self) -> list[str]:
+        """The tasks ``/v1/grade`` serves: ``CORL_TASKS``, or every task but code (it runs programs)."""
+        if self.settings.tasks:
+            return [t.strip() for t in self.settings.tasks.split(",") if t.strip()]
+        return [t for t in task_names() if not get_task(t).runs_code]
 
     def _check_max_tokens(self, max_tokens: int, field: str) -> None:
         if max_tokens > self.settings.max_tokens:
@@ -159,6 +171,8 @@ class ModelServing:
         return texts
 
     def _task(self, name: str) -> Task:
+        if name not in self.served_tasks():
+            raise ForbiddenError(f"task {name!r} is not served here; this server grades {self.served_tasks()}", "task")
         if name not in self._tasks:
             try:
                 self._tasks[name] = get_task(name)
@@ -174,7 +188,7 @@ class ModelServing:
 
     def _check_sampling(self, texts: list[str], params: SamplingParams, field: str) -> None:
         self._check_count(len(texts), field)
-        self._check_n(params.n, "n")
+        self._check_n(params.n, "n", len(texts))
         self._check_max_tokens(params.max_tokens, "max_tokens")
         self.require_ready()
         i = self.backend.too_long(texts, params.max_tokens)
@@ -207,7 +221,7 @@ class ModelServing:
     async def generate(self, req: GenerateRequest) -> GenerateResponse:
         req = self._omitted(req, {"max_tokens": self.settings.max_tokens})
         self._check_count(len(req.prompts), "prompts")
-        self._check_n(req.n, "n")
+        self._check_n(req.n, "n", len(req.prompts))
         self._check_max_tokens(req.max_tokens, "max_tokens")
         self.require_ready()
         texts = self._render(req.prompts, req.format, req.max_tokens, "prompts")
@@ -238,7 +252,7 @@ class ModelServing:
         sampling = self._omitted(req.sampling, {"max_tokens": self.settings.max_tokens})
         req = self._omitted(req, {"n_votes": self.settings.max_n}).model_copy(update={"sampling": sampling})
         self._check_count(len(req.items), "items")
-        self._check_n(req.n_votes, "n_votes")
+        self._check_n(req.n_votes, "n_votes", len({item.prompt for item in req.items}))
         task = self._task(req.task)
         self.require_ready()
         if req.mode == "vote":
@@ -278,7 +292,7 @@ class ModelServing:
         if not self.ready:
             return None
         if self._judge_tasks is None:
-            self._judge_tasks = [n for n in task_names() if self.backend.judges(self._task(n).verdict_tokens)]
+            self._judge_tasks = [n for n in self.served_tasks() if self.backend.judges(self._task(n).verdict_tokens)]
         return self._judge_tasks
 
     async def _judge(self, req: GradeRequest, task: Task) -> tuple[int, list[float]]:

@@ -53,6 +53,14 @@ class ServerSettings(BaseSettings):
 
     max_prompts: int = Field(default=256, ge=1, description="Prompts per generate call / items per grade call.")
     max_n: int = Field(default=64, ge=1, description="Bound on n and n_votes.")
+    max_rows: int = Field(
+        default=1024, ge=1, description="Bound on the sequences one call decodes (prompts x n): 256 x 64 is too many."
+    )
+    tasks: str | None = Field(
+        default=None,
+        description="Tasks /v1/grade serves, a comma list (CORL_TASKS; corl run, compose and Helm set the run's "
+        "task). Unset: every task but code, whose answers run programs: a server runs them only when told to.",
+    )
     max_tokens: int = Field(default=256, ge=1)
     max_body_bytes: int = Field(default=1 << 20, ge=1)
     request_timeout_s: float = Field(default=120.0, gt=0.0, description="Backend time limit per request (503).")

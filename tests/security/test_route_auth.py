@@ -73,3 +73,21 @@ async def test_the_aggregator_sends_the_token_to_corl_members_only() -> None:
         sp = SamplingSettings(temperature=0.0, top_p=1.0, max_tokens=4, stop=[])
         await client.generate(member, GenerateRequest.of(["q"], sp, n=1))
     assert seen == [f"Bearer {TOKEN}"]
+
+
+async def test_a_server_grades_only_the_tasks_it_serves() -> None:
+    item = {"items": [{"prompt": "01+01=", "response": "2"}]}
+    async with serve() as c:  # unset: every task but code
+        assert (await c.post("/v1/grade", json={"task": "addition", **item})).status_code == 200
+        r = await c.post("/v1/grade", json={"task": "code", **item})
+        assert r.status_code == 403 and r.json()["error"]["field"] == "task"
+    async with serve(tasks="math") as c:  # CORL_TASKS=math, as corl run sets the run's task
+        r = await c.post("/v1/grade", json={"task": "addition", **item})
+        assert r.status_code == 403 and "['math']" in r.json()["error"]["message"]
+
+
+async def test_one_call_decodes_a_bounded_number_of_sequences() -> None:
+    async with serve(max_rows=64) as c:
+        r = await c.post("/v1/generate", json={"prompts": ["1+1="] * 16, "n": 8})
+        assert r.status_code == 422 and "128 sequences" in r.json()["error"]["message"]
+        assert (await c.post("/v1/generate", json={"prompts": ["1+1="] * 8, "n": 8})).status_code == 200

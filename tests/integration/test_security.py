@@ -25,6 +25,7 @@ from corl.services.model.settings import ServerSettings
 from corl.services.model.testing import FakeBackend
 
 ADMIN = "admin-secret"
+COHORT = "cohort-token-for-tests"
 # Routes anyone may call; every other route must declare a token (a new route that forgets is caught).
 PUBLIC = {
     "model": {
@@ -32,11 +33,6 @@ PUBLIC = {
         "GET /readyz",
         "GET /metrics",
         "GET /v1/info",
-        "POST /v1/generate",
-        "POST /v1/grade",
-        "POST /v1/chat/completions",
-        "POST /v1/completions",
-        "GET /v1/models",
     },
     "aggregator": {
         "GET /healthz",
@@ -51,7 +47,14 @@ PUBLIC = {
     },
 }
 SECURED = {
-    "model": {"POST /v1/weights": "admin"},
+    "model": {
+        "POST /v1/weights": "admin",
+        "POST /v1/generate": "cohort",
+        "POST /v1/grade": "cohort",
+        "POST /v1/chat/completions": "cohort",
+        "POST /v1/completions": "cohort",
+        "GET /v1/models": "cohort",
+    },
     "aggregator": {
         "POST /v1/prompts": "admin",
         "POST /v1/graders": "admin",
@@ -84,7 +87,7 @@ def _config(run: str) -> Any:
 @asynccontextmanager
 async def services(redis_url: str, **grading: Any) -> AsyncIterator[dict[str, tuple[FastAPI, httpx.AsyncClient]]]:
     model = create_model_server(
-        ServerSettings(_env_file=None, model_dir="unused", admin_token=ADMIN, max_body_bytes=4096),  # type: ignore[call-arg]
+        ServerSettings(_env_file=None, model_dir="unused", admin_token=ADMIN, cohort_token=COHORT, max_body_bytes=4096),  # type: ignore[call-arg]
         FakeBackend(),
     )
     settings = AggregatorSettings(

@@ -43,7 +43,7 @@ async def test_code_votes_compare_behaviour_and_survive_hostile_programs() -> No
     # The server's own 4 samples: two right programs (different text), one wrong, one infinite loop.
     own = [RIGHT, ALSO_RIGHT, WRONG, HOSTILE["infinite loop"]]
     items = [{"prompt": PROMPT, "response": r} for r in [ALSO_RIGHT, WRONG, *HOSTILE.values()]]
-    async with serve(FakeBackend(own), request_timeout_s=120) as c:
+    async with serve(FakeBackend(own), request_timeout_s=120, tasks="code") as c:  # CORL_TASKS=code
         grade = asyncio.create_task(
             c.post("/v1/grade", json={"task": "code", "items": items, "n_votes": 4, "sampling": {"max_tokens": 64}})
         )

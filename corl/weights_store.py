@@ -1,8 +1,9 @@
 """Weights on disk: the one definition of a weights directory's checksum.
 
 The checksum of a directory is sha256 over the bytes of every ``*.safetensors`` file directly in
-it, in sorted file-name order. Trainers write it when they publish; model servers verify it
-before they swap. Pure file I/O: no torch.
+it, in sorted file-name order, then of its ``adapter_config.json`` when it has one (a LoRA
+adapter's scale, rank and targets are there: a changed config changes the weights served). Trainers
+write it when they publish; model servers verify it before they swap. Pure file I/O: no torch.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 _CHUNK = 1 << 22
+ADAPTER_CONFIG = "adapter_config.json"
 
 
 class WeightsNotFoundError(FileNotFoundError):
@@ -29,9 +31,16 @@ def safetensors_files(directory: str | Path) -> list[Path]:
     return files
 
 
+def checksummed_files(directory: str | Path) -> list[Path]:
+    """The files a directory's checksum covers, in order (see module docstring)."""
+    files = safetensors_files(directory)
+    config = Path(directory) / ADAPTER_CONFIG
+    return [*files, config] if config.is_file() else files
+
+
 def digest(directory: str | Path) -> str:
     """sha256 hex digest of a weights directory (see module docstring)."""
-    return digest_files(safetensors_files(directory))
+    return digest_files(checksummed_files(directory))
 
 
 def digest_files(files: Iterable[Path]) -> str:

@@ -58,3 +58,22 @@ def test_token_ids_outside_the_vocabulary_are_named() -> None:
     assert Policy.tokens_outside_vocab(policy, ok) is None  # type: ignore[arg-type]
     bad = GradedBatch.model_validate_json(json.dumps(batch(response_token_ids=[50])))
     assert "50 outside the vocabulary (50)" in str(Policy.tokens_outside_vocab(policy, bad))  # type: ignore[arg-type]
+
+
+def test_an_adapters_checksum_covers_its_config(tmp_path) -> None:
+    """A LoRA adapter's scale lives in adapter_config.json: a rewritten config is refused like a rewritten tensor."""
+    import json as _json
+
+    from safetensors.torch import save_file
+
+    from corl.services.model.backends import weights
+    from corl.services.model.backends.base import WeightLoadError
+    from corl.weights_store import digest
+
+    save_file({"a.lora_A.weight": torch.zeros(2, 4)}, str(tmp_path / "adapter_model.safetensors"))
+    (tmp_path / "adapter_config.json").write_text(_json.dumps({"r": 2, "lora_alpha": 4}))
+    sha = digest(tmp_path)
+    weights.verify_adapter(str(tmp_path), sha)
+    (tmp_path / "adapter_config.json").write_text(_json.dumps({"r": 2, "lora_alpha": 4000}))
+    with pytest.raises(WeightLoadError, match="sha256"):
+        weights.verify_adapter(str(tmp_path), sha)

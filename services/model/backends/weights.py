@@ -18,7 +18,7 @@ from .base import StaleVersionError, WeightLoadError
 
 TensorSpec = dict[str, tuple[int, ...]]
 FileStates = list[tuple[int, int]]
-ADAPTER_CONFIG = "adapter_config.json"
+ADAPTER_CONFIG = weights_store.ADAPTER_CONFIG
 
 
 def check_newer(version: int, serving: int) -> None:
@@ -106,8 +106,10 @@ def verify_adapter(path: str, sha256: str) -> tuple[list[Path], FileStates]:
         raise WeightLoadError(f"{path!r} has no {ADAPTER_CONFIG} (format 'lora')", field="uri")
     files, states = files_of(path)
     files_spec(files)  # complete, readable files
-    check_digest(weights_store.digest_files(files), sha256)
-    check_unchanged(files, states)
+    hashed = weights_store.checksummed_files(path)  # the adapter's config too: its scale is in it
+    hashed_states = weights_store.file_states(hashed)
+    check_digest(weights_store.digest_files(hashed), sha256)
+    check_unchanged(hashed, hashed_states)
     return files, states
 
 

@@ -11,7 +11,11 @@ WeightFormat = Literal["full", "lora"]
 
 class WeightUpdateRequest(WireRequest):
     version: WireInt = Field(ge=1, description="Must be greater than the version now serving (else 409).")
-    uri: str = Field(min_length=1, description="Directory in save_pretrained layout (adapter layout for lora).")
+    uri: str = Field(
+        min_length=1,
+        pattern=r"^[^\x00]+$",  # no path holds a NUL byte
+        description="Directory in save_pretrained layout (adapter layout for lora).",
+    )
     sha256: str = Field(
         pattern=r"^[0-9a-f]{64}$",
         description="sha256 over the bytes of every *.safetensors file in the directory, in sorted file-name order.",

@@ -11,6 +11,7 @@ from typing import Any
 import httpx
 import pytest
 from hooks import CONTEXT_ENV, MODEL_DIR_ENV
+from pydantic import SecretStr
 from support import FUZZ_CONTEXT, FuzzRun, run_schemathesis
 
 from corl.config import parse_config
@@ -25,6 +26,7 @@ from corl.services.model.testing import serve_app
 pytestmark = [pytest.mark.fuzz, pytest.mark.timeout(400)]
 
 ADMIN = "test-admin-token"  # tests/conftest.py server_settings
+COHORT = "test-cohort-token"  # set here: the generate, grade and OpenAI routes declare the cohort scheme
 MAX_EXAMPLES = 15  # per operation and phase: both services in < 3 minutes on 2 cores
 
 
@@ -56,11 +58,13 @@ def test_model_server_contract(server_settings: Any, fuzz_model_dir: Path, tmp_p
     store.mkdir()
     # Small published bounds keep each generated request cheap; the fuzzer reads them from the schema.
     bounds = {"max_prompts": 4, "max_n": 4, "max_tokens": 8}
-    settings = server_settings.model_copy(update={"model_dir": str(fuzz_model_dir), "weights_root": store, **bounds})
+    settings = server_settings.model_copy(
+        update={"model_dir": str(fuzz_model_dir), "weights_root": store, "cohort_token": SecretStr(COHORT), **bounds}
+    )
     app = create_model_app(settings)
     with serve_app(app) as url:
         env = {MODEL_DIR_ENV: str(fuzz_model_dir), CONTEXT_ENV: str(FUZZ_CONTEXT)}
-        run = run_schemathesis(url, {"admin": ADMIN}, tmp_path, MAX_EXAMPLES, env=env)
+        run = run_schemathesis(url, {"admin": ADMIN, "cohort": COHORT}, tmp_path, MAX_EXAMPLES, env=env)
     assert_clean(run, operations(app))
 
 

@@ -119,6 +119,11 @@ cohort_bearer = HTTPBearer(
     scheme_name="cohort",
     description="The cohort token (CORL_COHORT_TOKEN): generate, grade, the OpenAI routes, the evaluator's readings.",
 )
+reward_bearer = HTTPBearer(
+    auto_error=False,
+    scheme_name="reward",
+    description="The reward routes' own token (CORL_AGGREGATOR_REWARD_SERVER__TOKEN), when one is set.",
+)
 grader_bearer = HTTPBearer(
     auto_error=False, scheme_name="grader", description="A grader's token, returned once by POST /v1/graders."
 )

@@ -73,6 +73,7 @@ def create_app(
     app = FastAPI(title="corl aggregator", version=CONTRACT_VERSION, lifespan=lifespan)
     app.state.metrics = AggregatorMetrics()
     app.state.admin_token = settings.admin_token.get_secret_value() if settings.admin_token else None
+    app.state.reward_server = settings.reward_server
     app.state.serving = None
     app.include_router(router)
     # Outside trainers post a whole rollout batch to the reward routes: they have their own bound.

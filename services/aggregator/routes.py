@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hmac
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query, Request, Response
@@ -22,7 +23,7 @@ from corl.proto import (
     SlimeRewardRequest,
     SlimeRewardResponse,
 )
-from corl.services.errors import UnavailableError
+from corl.services.errors import NotFoundError, UnauthorizedError, UnavailableError
 from corl.services.http import (
     Credentials,
     bearer_token,
@@ -30,10 +31,12 @@ from corl.services.http import (
     grader_bearer,
     operational_routes,
     require_admin,
+    reward_bearer,
 )
 
 from . import dashboard
 from .serving import AggregatorServing
+from .settings import RewardServerSettings
 
 router = APIRouter()
 
@@ -80,13 +83,27 @@ async def dashboard_asset(name: str) -> Response:
     return Response(body, media_type=media_type, headers={"Cache-Control": "max-age=3600"})
 
 
-@router.post("/get_reward", responses=error_responses(413, 422, 503))
+async def require_reward_routes(request: Request, credentials: Annotated[Credentials, Depends(reward_bearer)]) -> None:
+    """The reward routes answer only when enabled, and with their own token when one is set."""
+    rs: RewardServerSettings = request.app.state.reward_server
+    if not rs.enabled:
+        raise NotFoundError("the reward routes are off (CORL_AGGREGATOR_REWARD_SERVER__ENABLED=true serves them)")
+    if rs.token is not None:
+        token = bearer_token(credentials)
+        if not hmac.compare_digest(token.encode(), rs.token.get_secret_value().encode()):
+            raise UnauthorizedError("wrong reward token")
+
+
+Reward = [Depends(require_reward_routes)]
+
+
+@router.post("/get_reward", dependencies=Reward, responses=error_responses(401, 404, 413, 422, 503))
 async def get_reward(serving: Serving, body: OpenRLHFRewardRequest) -> OpenRLHFRewardResponse:
     """OpenRLHF's remote reward protocol (``--remote_rm_url http://AGGREGATOR/get_reward``)."""
     return await serving.openrlhf_reward(body)
 
 
-@router.post("/v1/reward", responses=error_responses(413, 422, 503))
+@router.post("/v1/reward", dependencies=Reward, responses=error_responses(401, 404, 413, 422, 503))
 async def reward(serving: Serving, body: SlimeRewardRequest) -> SlimeRewardResponse:
     """slime's ``remote_rm`` (``--rm-type remote_rm --rm-url http://AGGREGATOR/v1/reward --reward-key reward``)."""
     return await serving.slime_reward(body)

@@ -44,6 +44,16 @@ _END_MARKERS = ["</s>", "<|endoftext|>", "<|im_end|>", "<|eot_id|>", "<|end_of_t
 class RewardServerSettings(_Section):
     """``POST /get_reward`` (OpenRLHF) and ``POST /v1/reward`` (slime): the cohort scores outside responses."""
 
+    enabled: bool = Field(
+        default=False,
+        description="Serve the two reward routes (they spend the members' compute on any caller's text): off, "
+        "they answer 404.",
+    )
+    token: SecretStr | None = Field(
+        default=None,
+        description="Bearer token the reward routes then require. OpenRLHF's and slime's clients send no headers: "
+        "without a token, keep the routes on loopback or inside the cluster.",
+    )
     mode: RewardServerMode = Field(
         default="consensus",
         description="consensus: 1 if the response's answer is the cohort's consensus answer (label-free); "

@@ -26,7 +26,8 @@ from corl.services.model.testing import serve_app
 pytestmark = [pytest.mark.fuzz, pytest.mark.timeout(400)]
 
 ADMIN = "test-admin-token"  # tests/conftest.py server_settings
-COHORT = "test-cohort-token"  # set here: the generate, grade and OpenAI routes declare the cohort scheme
+COHORT = "test-cohort-token"
+REWARD = "test-reward-token"  # set here: the generate, grade and OpenAI routes declare the cohort scheme
 MAX_EXAMPLES = 15  # per operation and phase: both services in < 3 minutes on 2 cores
 
 
@@ -82,6 +83,7 @@ def test_aggregator_contract(redis_url: str, tmp_path: Path) -> None:
         admin_token=ADMIN,
         autostart=False,  # no rounds: the routes are what is fuzzed
         grading={"max_wait_s": 0.2, "rate_limit_per_min": 100_000},
+        reward_server={"enabled": True, "token": REWARD},
     )
     app = create_aggregator(settings, config=cfg, transport=FakeCohort.of("a", "b").transport())
     with serve_app(app) as url:
@@ -89,7 +91,7 @@ def test_aggregator_contract(redis_url: str, tmp_path: Path) -> None:
             f"{url}/v1/graders", json={"name": "fuzzer", "mode": "pull"}, headers={"Authorization": f"Bearer {ADMIN}"}
         )
         assert reg.status_code == 201, reg.text
-        tokens = {"admin": ADMIN, "grader": reg.json()["token"]}
+        tokens = {"admin": ADMIN, "grader": reg.json()["token"], "reward": REWARD}
         run = run_schemathesis(url, tokens, tmp_path, MAX_EXAMPLES, extra_config=GET_REWARD_LENGTHS)
     assert_clean(run, operations(app))
 

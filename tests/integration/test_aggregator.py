@@ -58,6 +58,7 @@ async def aggregator(
     cfg: CohortConfig, cohort: FakeCohort, redis_url: str, **settings: Any
 ) -> AsyncIterator[tuple[AggregatorServing, httpx.AsyncClient]]:
     defaults: dict[str, Any] = {"autostart": False, "quorum_retry_s": 0.05, "backpressure_poll_s": 0.05}
+    settings["reward_server"] = {"enabled": True, **settings.get("reward_server", {})}  # the tests use them
     s = AggregatorSettings(
         config=Path("/nonexistent.yaml"), redis_url=redis_url, admin_token=ADMIN, **{**defaults, **settings}
     )

@@ -22,7 +22,13 @@ from corl.proto import DashboardView, GradedBatch, OpenRLHFRewardResponse, RunSt
 from corl.redis_server import free_port
 
 pytestmark = pytest.mark.slow
-ENV = {**os.environ, "CORL_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "CORL_LOG_LEVEL": "WARNING"}
+ENV = {
+    **os.environ,
+    "CORL_NUM_THREADS": "1",
+    "OMP_NUM_THREADS": "1",
+    "CORL_LOG_LEVEL": "WARNING",
+    "CORL_AGGREGATOR_REWARD_SERVER__ENABLED": "true",  # it serves an outside trainer's rewards too
+}
 
 
 def wait_ready(url: str, proc: subprocess.Popen[bytes], timeout_s: float = 180) -> None:

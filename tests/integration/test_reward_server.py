@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from live_aggregator import serve
 from test_aggregator import aggregator, make_config
@@ -208,7 +209,10 @@ def test_running_aggregator_answers_openrlhf_and_slime_clients(redis_url: str) -
     requests = pytest.importorskip("requests")  # what OpenRLHF posts with (a transformers dependency)
 
     settings = AggregatorSettings(
-        config=Path("/nonexistent.yaml"), redis_url=redis_url, autostart=False, reward_server={"timeout_s": 5.0}
+        config=Path("/nonexistent.yaml"),
+        redis_url=redis_url,
+        autostart=False,
+        reward_server={"timeout_s": 5.0, "enabled": True},
     )  # type: ignore[call-arg]
     app = create_app(settings, config=make_config(["a", "b", "c"]), transport=cohort().transport())
     with serve(app) as url:
@@ -221,3 +225,23 @@ def test_running_aggregator_answers_openrlhf_and_slime_clients(redis_url: str) -
     r.raise_for_status()
     assert r.json()["rewards"] == [1.0, 0.0, 0.0, 1.0, 1.0, 0.0]  # one per query, in order
     assert s.json()["reward"] == 1.0 and elapsed < 5.0
+
+
+async def test_the_reward_routes_are_off_unless_enabled_and_take_their_own_token(redis_url: str) -> None:
+    body = {"prompt": "12+34=", "response": "46"}
+
+    async def post(**reward_server: Any) -> list[int]:
+        s = AggregatorSettings(
+            config=Path("/nonexistent.yaml"), redis_url=redis_url, autostart=False, reward_server=reward_server
+        )  # type: ignore[call-arg]
+        app = create_app(s, config=make_config(["a", "b"]), transport=FakeCohort.of("a", "b").transport())
+        async with app.router.lifespan_context(app):
+            async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://agg") as c:
+                return [
+                    (await c.post("/v1/reward", json=body, headers=h)).status_code
+                    for h in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "Bearer reward-secret"})
+                ]
+
+    assert await post() == [404, 404, 404]  # off by default
+    assert await post(enabled=True) == [200, 200, 200]  # on, no token: for clients that send no headers
+    assert await post(enabled=True, token="reward-secret") == [401, 401, 200]

@@ -15,7 +15,13 @@ from corl.services.aggregator import AggregatorSettings, create_app
 async def test_reward_routes_on_a_tiny_real_member(redis_url: str, model_app: Any) -> None:
     # Both members are served by the same tiny model app (in-process); each samples with its own seed.
     cfg = make_config(["a", "b"], samples_per_prompt=6)
-    settings = AggregatorSettings(config="/nonexistent.yaml", redis_url=redis_url, admin_token=ADMIN, autostart=False)  # type: ignore[arg-type]
+    settings = AggregatorSettings(
+        config="/nonexistent.yaml",  # type: ignore[arg-type]
+        redis_url=redis_url,
+        admin_token=ADMIN,
+        autostart=False,
+        reward_server={"enabled": True},  # type: ignore[arg-type]
+    )
     app = create_app(settings, config=cfg, transport=httpx.ASGITransport(app=model_app))
     body = {"query": ["12+34=46", "12+34=7"], "prompts": ["12+34=", "12+34="], "labels": ["46", "46"]}
     async with app.router.lifespan_context(app):

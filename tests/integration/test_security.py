@@ -26,6 +26,7 @@ from corl.services.model.testing import FakeBackend
 
 ADMIN = "admin-secret"
 COHORT = "cohort-token-for-tests"
+REWARD = "reward-token-for-tests"
 # Routes anyone may call; every other route must declare a token (a new route that forgets is caught).
 PUBLIC = {
     "model": {
@@ -41,9 +42,6 @@ PUBLIC = {
         "GET /v1/runs/{run}/stats",
         "GET /v1/runs/{run}/dashboard",
         "GET /dashboard",
-        # Outside trainers' reward clients (OpenRLHF, slime) send no headers: keep these on loopback.
-        "POST /get_reward",
-        "POST /v1/reward",
     },
 }
 SECURED = {
@@ -57,6 +55,8 @@ SECURED = {
     },
     "aggregator": {
         "POST /v1/prompts": "admin",
+        "POST /get_reward": "reward",
+        "POST /v1/reward": "reward",
         "POST /v1/graders": "admin",
         "GET /v1/grading/tasks": "grader",
         "POST /v1/grading/results": "grader",
@@ -96,6 +96,7 @@ async def services(redis_url: str, **grading: Any) -> AsyncIterator[dict[str, tu
         admin_token=ADMIN,
         autostart=False,
         grading={"max_body_bytes": 4096, **grading},
+        reward_server={"enabled": True, "token": REWARD},
     )
     aggregator = create_aggregator(
         settings, config=_config(f"sec-{time.monotonic_ns()}"), transport=FakeCohort.of("a", "b").transport()

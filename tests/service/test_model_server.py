@@ -6,6 +6,7 @@ import asyncio
 import shutil
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -128,6 +129,26 @@ async def test_judge_grade_is_normalised_verdict_probability(client: httpx.Async
         p = model(ids).logits[0, -1].softmax(-1)
     y, n = tok.convert_tokens_to_ids("Y"), tok.convert_tokens_to_ids("N")
     assert score == pytest.approx((p[y] / (p[y] + p[n])).item(), abs=1e-5)
+
+
+async def test_a_judge_computes_the_next_token_logits_only(
+    client: httpx.AsyncClient, model_app: FastAPI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Memory: a batch of long judge texts must not build batch x length x vocabulary logits."""
+    model = model_app.state.serving.backend._active.model
+    shapes: list[tuple[int, ...]] = []
+    forward = model.forward
+
+    def recording(*args: Any, **kwargs: Any) -> Any:
+        out = forward(*args, **kwargs)
+        shapes.append(tuple(out.logits.shape))
+        return out
+
+    monkeypatch.setattr(model, "forward", recording)
+    items = [{"prompt": "12+34=", "response": "46" * 10}, {"prompt": "1+1=", "response": "2"}]
+    r = await client.post("/v1/grade", json={"task": "addition", "items": items, "mode": "judge"})
+    assert r.status_code == 200, r.text
+    assert shapes and all(s[1] == 1 for s in shapes), shapes  # B x 1 x V
 
 
 async def test_info_health_ready_metrics(client: httpx.AsyncClient) -> None:

@@ -84,6 +84,7 @@ class TransformersBackend(base.Backend):
         self._swap_lock = asyncio.Lock()
         self._max_len: int | None = None
         self._takes_positions = False
+        self._keeps_last_logits = False
         self._initial: dict[str, torch.Tensor] = {}  # initial values of the weights adapters target
 
     @property
@@ -119,6 +120,7 @@ class TransformersBackend(base.Backend):
             by_ptr.setdefault(v.data_ptr(), set()).add(k)
         self._aliases = {k: frozenset(group) for group in by_ptr.values() for k in group}
         self._takes_positions = "position_ids" in inspect.signature(model.forward).parameters
+        self._keeps_last_logits = "logits_to_keep" in inspect.signature(model.forward).parameters
         self._stored_in_out = adapters.transposed_weights(model)
         # Both slots own their memory: on CPU, from_pretrained's tensors may be pages of the mapped
         # checkpoint, and the first write into such a page (the first swap into that slot) copies it:
@@ -212,6 +214,8 @@ class TransformersBackend(base.Backend):
             inputs = {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"]}
             if self._takes_positions:  # left padding: positions count real tokens only
                 inputs["position_ids"] = (enc["attention_mask"].cumsum(-1) - 1).clamp(min=0)
+            if self._keeps_last_logits:  # a judge reads the next-token logits only: B x V, never B x T x V
+                inputs["logits_to_keep"] = 1
             logits = slot.model(**inputs).logits[:, -1, :].float()  # left padding: last column is next-token
         finally:
             self._release(slot)

@@ -43,6 +43,17 @@ def digest(directory: str | Path) -> str:
     return digest_files(checksummed_files(directory))
 
 
+def recorded_digest(directory: str | Path, recorded: str) -> str:
+    """The checksum to announce for a version recorded as ``recorded``. A LoRA version published before
+    the checksum covered ``adapter_config.json`` was recorded over its tensors alone: when that record
+    still matches the files, it is upgraded to the current definition (so a resumed run's servers take
+    it). Anything else is announced as recorded, and a server that hashes it otherwise refuses it."""
+    d = Path(directory)
+    if not (d / ADAPTER_CONFIG).is_file() or digest_files(safetensors_files(d)) != recorded:
+        return recorded
+    return digest(d)
+
+
 def digest_files(files: Iterable[Path]) -> str:
     """The digest over these files' bytes, in the order given."""
     h = hashlib.sha256()

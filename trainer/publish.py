@@ -21,7 +21,7 @@ import httpx
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential_jitter
 
 from corl.proto import InfoResponse, WeightFormat, WeightUpdateRequest
-from corl.weights_store import digest
+from corl.weights_store import digest, recorded_digest
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +63,7 @@ class WeightsStore:
 
     def get(self, version: int, fmt: WeightFormat) -> Published:
         path = self._path(version)
-        return Published(version, path, (path / "SHA256").read_text().strip(), fmt)
+        return Published(version, path, recorded_digest(path, (path / "SHA256").read_text().strip()), fmt)
 
     def save(self, model, tokenizer, version: int, fmt: WeightFormat, state_dict=None) -> Published:  # type: ignore[no-untyped-def]
         """Write ``model`` (a PreTrainedModel or PeftModel) as ``version``; atomic. ``state_dict``: its

@@ -77,3 +77,20 @@ def test_an_adapters_checksum_covers_its_config(tmp_path) -> None:
     (tmp_path / "adapter_config.json").write_text(_json.dumps({"r": 2, "lora_alpha": 4000}))
     with pytest.raises(WeightLoadError, match="sha256"):
         weights.verify_adapter(str(tmp_path), sha)
+
+
+def test_a_lora_version_recorded_before_the_config_was_hashed_still_resumes(tmp_path) -> None:
+    """A run published before the checksum covered adapter_config.json resumes: its intact record is
+    upgraded; a record that matches neither definition is announced as it is (and refused)."""
+    import json as _json
+
+    from safetensors.torch import save_file
+
+    from corl.weights_store import digest, digest_files, recorded_digest, safetensors_files
+
+    save_file({"a.lora_A.weight": torch.zeros(2, 4)}, str(tmp_path / "adapter_model.safetensors"))
+    (tmp_path / "adapter_config.json").write_text(_json.dumps({"r": 2, "lora_alpha": 4}))
+    old = digest_files(safetensors_files(tmp_path))
+    assert recorded_digest(tmp_path, old) == digest(tmp_path) != old
+    assert recorded_digest(tmp_path, digest(tmp_path)) == digest(tmp_path)
+    assert recorded_digest(tmp_path, "0" * 64) == "0" * 64

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pydantic import Field
 
+from corl.sandbox.jail import ALLOW_INSECURE_ENV
+
 from .config_base import _Section
 
 
@@ -16,6 +18,4 @@ class SandboxConfig(_Section):
 
     def env(self) -> dict[str, str]:
         """What every process corl starts needs to know of it (``corl.sandbox.jail`` reads it)."""
-        from corl.sandbox.jail import ALLOW_INSECURE_ENV
-
         return {ALLOW_INSECURE_ENV: "1"} if self.allow_insecure else {}

@@ -138,13 +138,17 @@ def bearer_token(credentials: Credentials) -> str:
     return token
 
 
+def check_token(token: str, expected: str, name: str) -> None:
+    """401 unless ``token`` is ``expected`` (compared in constant time); ``name`` says which token."""
+    if not hmac.compare_digest(token.encode(), expected.encode()):
+        raise UnauthorizedError(f"wrong {name} token")
+
+
 def check_admin(token: str, admin_token: str | None) -> None:
-    """401 unless ``token`` is the admin token (compared in constant time). A service without an
-    admin token refuses every admin call."""
+    """401 unless ``token`` is the admin token. A service without an admin token refuses every admin call."""
     if not admin_token:
         raise UnauthorizedError("admin routes are disabled: CORL_ADMIN_TOKEN is not set on this service")
-    if not hmac.compare_digest(token.encode(), admin_token.encode()):
-        raise UnauthorizedError("wrong admin token")
+    check_token(token, admin_token, "admin")
 
 
 async def require_admin(request: Request, credentials: Annotated[Credentials, Depends(admin_bearer)]) -> None:
@@ -156,11 +160,8 @@ async def require_cohort(request: Request, credentials: Annotated[Credentials, D
     """Route dependency: the app's ``state.cohort_token`` must be presented when the service has one
     (``corl run``, compose and Helm always set one; a standalone server without it is open)."""
     expected: str | None = getattr(request.app.state, "cohort_token", None)
-    if not expected:
-        return
-    token = bearer_token(credentials)
-    if not hmac.compare_digest(token.encode(), expected.encode()):
-        raise UnauthorizedError("wrong cohort token")
+    if expected:
+        check_token(bearer_token(credentials), expected, "cohort")
 
 
 def bearer_headers(token: str | None) -> dict[str, str]:

@@ -101,8 +101,16 @@ def evaluate_server(
         versions.add(version)
         greedy = [t[0] for t in texts]
         hits += is_correct_many(task, part, greedy)
-        parsed += [a is not None for a in extract_all(task, [(e.prompt, t) for e, t in zip(part, greedy, strict=True)])]
-        formatted += [task.is_formatted(e.prompt, t) for e, t in zip(part, greedy, strict=True)]
+        shaped = [task.is_formatted(e.prompt, t) for e, t in zip(part, greedy, strict=True)]
+        formatted += shaped
+        # The code task's reader takes a program that defines the function (its form); reading its
+        # behaviour would run every program a second time, after the hidden tests.
+        read = (
+            shaped
+            if task.runs_code
+            else [a is not None for a in extract_all(task, list(zip([e.prompt for e in part], greedy, strict=True)))]
+        )
+        parsed += read
         advance(len(part))
     result = ServerEval(
         n=len(examples),

@@ -20,7 +20,7 @@ from typing import Any
 from corl.proto import PromptFormat
 
 from . import literal
-from .math import _TAIL, MathTask, _number, literal_span, marked_answer
+from .math import MathTask, _number
 
 # Demonstrations for base models: fixed text, never a data set's own problems or answers.
 SHOTS = (
@@ -48,17 +48,9 @@ class ArithTask(MathTask):
         # A base model continuing the few-shot template starts the next question after a blank line.
         return ("\nQuestion:", "\n\n")
 
-    def read(self, prompt: str, completion: str) -> tuple[str, Any] | None:
-        """Literal numbers only, never math-verify: a marked answer that is one number (LaTeX such as
-        ``\\frac{1}{2}`` only when it wraps one number: no digits picked out of it), else the last number
-        written that is neither an operand nor restated from the prompt."""
-        text = completion[-_TAIL:]
-        marked = marked_answer(text)
-        if marked is None:
-            return _number(literal.literal_answer(text, prompt))
-        value = literal_span(marked[0])
-        if value is None:
-            return None
+    def read_marked(self, value: str, boxed: bool) -> tuple[str, Any] | None:
+        """Literal numbers only, never math-verify: LaTeX (``\\frac{1}{2}``) only when it wraps one
+        number (no digits picked out of it), else the last number written that is not an operand."""
         return _number(literal.lone_number(value) if "\\" in value or "{" in value else literal.literal_answer(value))
 
     def is_formatted(self, prompt: str, completion: str) -> bool:

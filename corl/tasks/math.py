@@ -206,12 +206,15 @@ class MathTask(OneByOne):
         if marked is None:
             return _number(literal.literal_answer(text, prompt))
         value = literal_span(marked[0])
-        if value is None:
-            return None
+        return None if value is None else self.read_marked(value, marked[1])
+
+    def read_marked(self, value: str, boxed: bool) -> tuple[str, Any] | None:
+        """A marked answer's value (no arithmetic left in it): one number, else a closed form by
+        math-verify, in a worker process under a time budget."""
         number = literal.lone_number(value)
         if number is not None:
             return _number(number)
-        read: tuple[str, Any] | None = bounded.call("read", value, marked[1])  # symbolic: under a time budget
+        read: tuple[str, Any] | None = bounded.call("read", value, boxed)
         return read
 
     def extract_answer(self, prompt: str, completion: str) -> str | None:

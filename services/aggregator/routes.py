@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hmac
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query, Request, Response
@@ -23,10 +22,11 @@ from corl.proto import (
     SlimeRewardRequest,
     SlimeRewardResponse,
 )
-from corl.services.errors import NotFoundError, UnauthorizedError, UnavailableError
+from corl.services.errors import NotFoundError, UnavailableError
 from corl.services.http import (
     Credentials,
     bearer_token,
+    check_token,
     error_responses,
     grader_bearer,
     operational_routes,
@@ -89,9 +89,7 @@ async def require_reward_routes(request: Request, credentials: Annotated[Credent
     if not rs.enabled:
         raise NotFoundError("the reward routes are off (CORL_AGGREGATOR_REWARD_SERVER__ENABLED=true serves them)")
     if rs.token is not None:
-        token = bearer_token(credentials)
-        if not hmac.compare_digest(token.encode(), rs.token.get_secret_value().encode()):
-            raise UnauthorizedError("wrong reward token")
+        check_token(bearer_token(credentials), rs.token.get_secret_value(), "reward")
 
 
 Reward = [Depends(require_reward_routes)]

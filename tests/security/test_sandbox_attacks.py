@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from conftest import needs_jail
 
 from corl.sandbox import Limits, SandboxUnavailable, protections, run_python
 from corl.sandbox.jail import ALLOW_INSECURE_ENV, probe
@@ -37,7 +38,6 @@ _launcher.isinstance = lambda *a: True
 @pytest.fixture(autouse=True)
 def _secret_in_our_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CORL_ADMIN_TOKEN", CANARY_SECRET)
-    monkeypatch.delenv(ALLOW_INSECURE_ENV, raising=False)
 
 
 @pytest.fixture
@@ -53,6 +53,7 @@ def hostile(body: str) -> str:
     return DISARM + body
 
 
+@needs_jail
 def test_the_jail_is_in_force_here() -> None:
     jail, missing = probe(LIMITS.uid)
     assert jail is not None, missing
@@ -60,6 +61,7 @@ def test_the_jail_is_in_force_here() -> None:
     assert info["isolation"].startswith("bwrap") and info["uid"] != 0
 
 
+@needs_jail
 def test_tampering_with_the_launcher_then_writing_outside(outside: Path) -> None:
     target = outside / "escaped"
     res = run_python(hostile(f"open({str(target)!r}, 'w').write('x')\nprint('wrote')"), LIMITS)
@@ -67,6 +69,7 @@ def test_tampering_with_the_launcher_then_writing_outside(outside: Path) -> None
     assert "wrote" not in res.stdout  # the directory is not even there inside the jail
 
 
+@needs_jail
 @pytest.mark.parametrize("which", ["parent", "pid1", "every"])
 def test_no_other_process_environment_is_readable(which: str) -> None:
     body = {
@@ -80,6 +83,7 @@ def test_no_other_process_environment_is_readable(which: str) -> None:
     assert CANARY_SECRET not in res.stdout + res.stderr
 
 
+@needs_jail
 def test_no_socket_reaches_a_loopback_listener() -> None:
     server = socket.socket()
     server.bind(("127.0.0.1", 0))
@@ -110,6 +114,7 @@ def test_no_socket_reaches_a_loopback_listener() -> None:
     assert accepted == [] and "sent" not in res.stdout
 
 
+@needs_jail
 def test_ctypes_system_and_execv_leave_nothing_outside(outside: Path) -> None:
     for i, body in enumerate(
         [
@@ -122,6 +127,7 @@ def test_ctypes_system_and_execv_leave_nothing_outside(outside: Path) -> None:
         assert not target.exists(), res.stdout + res.stderr
 
 
+@needs_jail
 def test_no_process_outside_the_jail_can_be_signalled() -> None:
     victim = subprocess.Popen(["sleep", "60"], user=LIMITS.uid, group=LIMITS.uid, extra_groups=[])
     try:
@@ -140,6 +146,7 @@ def _processes_of(uid: int) -> int:
     return len(out.stdout.split())
 
 
+@needs_jail
 def test_a_fork_bomb_ends_with_the_jail() -> None:
     before = _processes_of(LIMITS.uid)
     t0 = time.monotonic()
@@ -166,6 +173,7 @@ def test_without_the_jail_code_is_refused_unless_allowed(monkeypatch: pytest.Mon
 
     jail.probe.cache_clear()
     monkeypatch.setattr(jail.shutil, "which", lambda name: None)
+    monkeypatch.delenv(ALLOW_INSECURE_ENV, raising=False)
     try:
         with pytest.raises(SandboxUnavailable, match="bubblewrap"):
             run_python("print(1)", LIMITS)
@@ -186,6 +194,7 @@ def test_a_code_run_is_refused_before_it_starts_without_the_jail(monkeypatch: py
     cfg = parse_config({"members": members, "task": {"name": "code", "source": "packaged:humaneval"}})
     jail.probe.cache_clear()
     monkeypatch.setattr(jail.shutil, "which", lambda name: None)
+    monkeypatch.delenv(ALLOW_INSECURE_ENV, raising=False)
     try:
         with pytest.raises(PreflightError, match="bubblewrap"):
             sandbox_ready(cfg)

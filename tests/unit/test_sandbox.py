@@ -10,6 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from conftest import needs_jail
 
 from corl.sandbox import Limits, protections, run_python
 from corl.sandbox.runner import LAUNCHER
@@ -82,6 +83,7 @@ def test_huge_output_is_capped() -> None:
     assert not res.ok and len(res.stdout) <= 1 << 16
 
 
+@needs_jail
 def test_protections_are_reported() -> None:
     info = protections(FAST)
     assert info["rlimits"] is True and info["audit_hook"] is True

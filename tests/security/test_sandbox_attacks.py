@@ -16,7 +16,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import needs_jail
 
 from corl.sandbox import Limits, SandboxUnavailable, protections, run_python
 from corl.sandbox.jail import ALLOW_INSECURE_ENV, probe
@@ -53,7 +52,7 @@ def hostile(body: str) -> str:
     return DISARM + body
 
 
-@needs_jail
+@pytest.mark.jail
 def test_the_jail_is_in_force_here() -> None:
     jail, missing = probe(LIMITS.uid)
     assert jail is not None, missing
@@ -61,7 +60,7 @@ def test_the_jail_is_in_force_here() -> None:
     assert info["isolation"].startswith("bwrap") and info["uid"] != 0
 
 
-@needs_jail
+@pytest.mark.jail
 def test_tampering_with_the_launcher_then_writing_outside(outside: Path) -> None:
     target = outside / "escaped"
     res = run_python(hostile(f"open({str(target)!r}, 'w').write('x')\nprint('wrote')"), LIMITS)
@@ -69,7 +68,7 @@ def test_tampering_with_the_launcher_then_writing_outside(outside: Path) -> None
     assert "wrote" not in res.stdout  # the directory is not even there inside the jail
 
 
-@needs_jail
+@pytest.mark.jail
 @pytest.mark.parametrize("which", ["parent", "pid1", "every"])
 def test_no_other_process_environment_is_readable(which: str) -> None:
     body = {
@@ -83,7 +82,7 @@ def test_no_other_process_environment_is_readable(which: str) -> None:
     assert CANARY_SECRET not in res.stdout + res.stderr
 
 
-@needs_jail
+@pytest.mark.jail
 def test_no_socket_reaches_a_loopback_listener() -> None:
     server = socket.socket()
     server.bind(("127.0.0.1", 0))
@@ -114,7 +113,7 @@ def test_no_socket_reaches_a_loopback_listener() -> None:
     assert accepted == [] and "sent" not in res.stdout
 
 
-@needs_jail
+@pytest.mark.jail
 def test_ctypes_system_and_execv_leave_nothing_outside(outside: Path) -> None:
     for i, body in enumerate(
         [
@@ -127,7 +126,7 @@ def test_ctypes_system_and_execv_leave_nothing_outside(outside: Path) -> None:
         assert not target.exists(), res.stdout + res.stderr
 
 
-@needs_jail
+@pytest.mark.jail
 def test_no_process_outside_the_jail_can_be_signalled() -> None:
     victim = subprocess.Popen(["sleep", "60"], user=LIMITS.uid, group=LIMITS.uid, extra_groups=[])
     try:
@@ -146,7 +145,7 @@ def _processes_of(uid: int) -> int:
     return len(out.stdout.split())
 
 
-@needs_jail
+@pytest.mark.jail
 def test_a_fork_bomb_ends_with_the_jail() -> None:
     before = _processes_of(LIMITS.uid)
     t0 = time.monotonic()

@@ -10,7 +10,6 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from conftest import needs_jail
 
 from corl.sandbox import Limits, protections, run_python
 from corl.sandbox.runner import LAUNCHER
@@ -83,7 +82,7 @@ def test_huge_output_is_capped() -> None:
     assert not res.ok and len(res.stdout) <= 1 << 16
 
 
-@needs_jail
+@pytest.mark.jail
 def test_protections_are_reported() -> None:
     info = protections(FAST)
     assert info["rlimits"] is True and info["audit_hook"] is True

@@ -67,13 +67,12 @@ FROM ${BASE_IMAGE}
 RUN apt-get update && apt-get install -y --no-install-recommends redis-server \
  && rm -rf /var/lib/apt/lists/* && mkdir -p /data && chown redis:redis /data \
  && printf "%s\\n" "#!/bin/sh" \
-      "# As the official image: no protected mode (other containers connect over the network)." \
-      "if [ \"\$1\" = redis-server ]; then shift; exec redis-server --protected-mode no \"\$@\"; fi" \
-      "exec \"\$@\"" > /usr/local/bin/redis-entry && chmod +x /usr/local/bin/redis-entry
+      "# The official image entry point by name (docker-compose.yml calls it); the user is already redis here." \
+      "exec \"\$@\"" > /usr/local/bin/docker-entrypoint.sh && chmod +x /usr/local/bin/docker-entrypoint.sh
 USER redis
 WORKDIR /data
 EXPOSE 6379
-ENTRYPOINT ["/usr/local/bin/redis-entry"]
+ENTRYPOINT ["/usr/local/bin/docker-entrypoint.sh"]
 CMD ["redis-server"]'
 
 build_side_image localhost/corl-prometheus:2 '

@@ -25,6 +25,7 @@ from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 
 from corl.config import CohortConfig
+from corl.redis_auth import redis_auth
 from corl.tracking import Record, Tracking, build_tracking
 
 from .batches import BatchStream, Entry
@@ -66,6 +67,7 @@ class Trainer:
         self.tracking = tracking or build_tracking(cfg, f"trainer-{member}", self.metrics.registry)
         self.redis = redis_client or redis.Redis.from_url(
             cfg.redis_url,
+            **redis_auth(),
             socket_timeout=30.0,
             socket_connect_timeout=5.0,
             # A Redis restart or failover is retried with backoff instead of killing the trainer.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from . import cohort, data, evaluate, experiment, proto, run, serve, serve_aggregator, serve_evaluator, train
+from . import cohort, data, evaluate, experiment, proto, run, secrets, serve, serve_aggregator, serve_evaluator, train
 
 app = typer.Typer(help="Peer-rewarded cohort training.", no_args_is_help=True, add_completion=False)
 app.add_typer(cohort.app, name="cohort", help="Build and inspect cohorts.")
@@ -12,6 +12,7 @@ serve.app.command("aggregator", help="Run the reward aggregator of a run.")(serv
 serve.app.command("evaluator", help="Read a run's held-out accuracy through its servers.")(serve_evaluator.evaluator)
 app.add_typer(serve.app, name="serve", help="Run a service (model server, aggregator, evaluator).")
 app.add_typer(proto.app, name="proto", help="The wire contract's exported schemas.")
+app.add_typer(secrets.app, name="secrets", help="Check or make deployment secrets.")
 app.command("eval", help="Evaluate every member of a cohort on the task's held-out split.")(evaluate.eval_cohort)
 app.command("data", help="Show what the config's task source yields (splits, sample problems).")(data.show_data)
 app.command("train", help="Run one member's trainer.")(train.train)

@@ -21,6 +21,7 @@ from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_f
 
 from corl import redis_keys
 from corl.config import CohortConfig, ConfigError, load_config
+from corl.redis_auth import redis_auth
 from corl.streams import group_backlog
 from corl.trainer.publish import WeightsStore
 
@@ -81,7 +82,7 @@ def config_changes(before: CohortConfig, now: CohortConfig) -> list[str]:
 def still_running(run_dir: Path, before: CohortConfig) -> int | None:
     """The process id of the Redis of the run's last start when it still serves ``run_dir`` (its
     supervisor was killed alone, say): a second Redis on the same append-only file would corrupt it."""
-    client = redis.Redis.from_url(before.redis_url, socket_connect_timeout=1.0, socket_timeout=2.0)
+    client = redis.Redis.from_url(before.redis_url, **redis_auth(), socket_connect_timeout=1.0, socket_timeout=2.0)
     try:
         served = client.config_get("dir").get("dir")
         pid = client.info("server").get("process_id")
@@ -118,7 +119,7 @@ class ResumePoint:
 
 def resume_point(cfg: CohortConfig) -> ResumePoint:
     """Where the run stands, read from its Redis and weights store."""
-    client = redis.Redis.from_url(cfg.redis_url, socket_timeout=10.0)
+    client = redis.Redis.from_url(cfg.redis_url, **redis_auth(), socket_timeout=10.0)
     try:
         raw = client.hget(redis_keys.round_state(cfg.run_id), "next_round")
     finally:
@@ -149,7 +150,7 @@ def wait_batches_applied(cfg: CohortConfig, timeout_s: float, *, alive: Callable
     applied after their last checkpoint, which they apply again from it. Rounds resume once these
     are trained, so the next one is sampled on the weights they lead to; sampled earlier, behind
     a backlog longer than ``training.max_staleness``, it would be dropped as stale."""
-    client = redis.Redis.from_url(cfg.redis_url, socket_timeout=10.0)
+    client = redis.Redis.from_url(cfg.redis_url, **redis_auth(), socket_timeout=10.0)
     streams = {m.name: redis_keys.batches_stream(cfg.run_id, m.name) for m in cfg.members if m.role == "trained"}
     try:
         for attempt in Retrying(

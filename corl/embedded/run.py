@@ -22,6 +22,7 @@ from corl import redis_keys
 from corl.config import CohortConfig, dump_config
 from corl.heldout import HeldoutReader, client_timeout, is_due, tracking_record, write_reading
 from corl.proto import HeldoutAccuracy, MemberRoundStats, RunStats
+from corl.redis_auth import redis_auth
 from corl.redis_server import LocalRedis, free_port
 from corl.services.http import bearer_headers
 from corl.services.model.settings import engine_env
@@ -166,7 +167,7 @@ class RunMonitor:
         self.tracking = tracking or Tracking()
         self.http = httpx.Client(timeout=client_timeout(cfg), headers=bearer_headers(cohort_token))
         self.reader = HeldoutReader(cfg, self.http, opts.eval_prompts)
-        self.redis = redis.Redis.from_url(cfg.redis_url, socket_timeout=5.0)
+        self.redis = redis.Redis.from_url(cfg.redis_url, **redis_auth(), socket_timeout=5.0)
         self.last: dict[str, MemberSnapshot] = {m.name: MemberSnapshot() for m in cfg.members}
         self.t0 = time.monotonic()
 

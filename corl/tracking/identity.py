@@ -17,6 +17,7 @@ from collections.abc import Callable
 import redis
 
 from corl import redis_keys
+from corl.redis_auth import redis_auth
 
 
 def run_key(run_name: str, started: float) -> str:
@@ -38,7 +39,9 @@ class SharedRun:
 
     def _redis(self) -> redis.Redis:
         if self._client is None:
-            self._client = redis.Redis.from_url(self._redis_url, socket_timeout=5.0, socket_connect_timeout=5.0)
+            self._client = redis.Redis.from_url(
+                self._redis_url, **redis_auth(), socket_timeout=5.0, socket_connect_timeout=5.0
+            )
         return self._client
 
     def claim(self, field: str, candidate: Callable[[], str]) -> str:

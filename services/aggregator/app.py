@@ -15,6 +15,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from corl.config import CohortConfig, load_config
 from corl.proto import CONTRACT_VERSION
+from corl.redis_auth import redis_auth
 from corl.sandbox import require_sandbox
 from corl.services.http import error_response, install_edge
 from corl.tasks import bounded, get_task
@@ -52,6 +53,7 @@ def create_app(
         redis_url = settings.redis_url or cfg.redis_url
         redis = aioredis.Redis.from_url(
             redis_url,
+            **redis_auth(),
             socket_connect_timeout=5.0,
             socket_timeout=settings.redis_timeout_s,
             health_check_interval=30,

@@ -13,6 +13,7 @@ from fastapi import FastAPI
 from corl.config import CohortConfig, load_config
 from corl.heldout import HeldoutReader, client_timeout
 from corl.proto import CONTRACT_VERSION
+from corl.redis_auth import redis_auth
 from corl.services.http import bearer_headers, install_edge
 from corl.tracking import build_tracking
 
@@ -48,7 +49,7 @@ def create_app(
             )
             redis_url = settings.redis_url or cfg.redis_url
             client = redis.Redis.from_url(
-                redis_url, socket_connect_timeout=5.0, socket_timeout=settings.redis_timeout_s
+                redis_url, **redis_auth(), socket_connect_timeout=5.0, socket_timeout=settings.redis_timeout_s
             )
             stack.callback(client.close)
             reader = await asyncio.to_thread(HeldoutReader, cfg, http, settings.eval_prompts)  # reads the data set

@@ -24,7 +24,7 @@ from typing import Any
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from .support import COMPOSE_FILE, ENV_EXAMPLE, ROOT, read_env_file
+from .support import COMPOSE_FILE, ROOT, user_env
 
 OFFLINE_OVERRIDE = ROOT / ".ci" / "compose.offline.yml"
 OFFLINE_BASE = "localhost/debian:bookworm-py"
@@ -308,10 +308,8 @@ class LiveStack:
 
 def make_env_file(path: Path, agg_port: int, prom_port: int, graf_port: int) -> dict[str, str]:
     """The user's `cp .env.example .env` with the secrets set and free host ports."""
-    env = read_env_file(ENV_EXAMPLE)
+    env = user_env()
     env.update(
-        CORL_ADMIN_TOKEN="compose-live-" + os.urandom(8).hex(),
-        GRAFANA_ADMIN_PASSWORD="compose-live-" + os.urandom(4).hex(),
         CORL_AGGREGATOR_HOST_PORT=str(agg_port),
         PROMETHEUS_HOST_PORT=str(prom_port),
         GRAFANA_HOST_PORT=str(graf_port),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 import re
+import secrets
 import shlex
 import sys
 from dataclasses import dataclass
@@ -69,10 +70,24 @@ def interpolate(value: Any, env: dict[str, str]) -> Any:
     return _VAR.sub(sub, value).replace("$$", "$")
 
 
+# The secrets .env.example leaves for the user to set (the secrets-check service checks them).
+SECRETS = ("CORL_ADMIN_TOKEN", "CORL_COHORT_TOKEN", "CORL_REDIS_PASSWORD", "GRAFANA_ADMIN_PASSWORD")
+
+
+def user_env() -> dict[str, str]:
+    """The user's `cp .env.example .env` with each secret set to a fresh random one."""
+    env = read_env_file(ENV_EXAMPLE)
+    env.update({name: secrets.token_urlsafe(24) for name in SECRETS})
+    return env
+
+
+USER_ENV = user_env()
+
+
 def load_compose(env: dict[str, str] | None = None) -> dict[str, Any]:
-    """The compose file as compose sees it: anchors merged, variables from .env.example."""
+    """The compose file as compose sees it: anchors merged, variables from a user's .env (USER_ENV)."""
     raw = yaml.safe_load(COMPOSE_FILE.read_text())
-    return interpolate(raw, read_env_file(ENV_EXAMPLE) if env is None else env)
+    return interpolate(raw, USER_ENV if env is None else env)
 
 
 def service_argv(svc: dict[str, Any]) -> list[list[str]]:
@@ -185,12 +200,14 @@ def env_names(cls: type[BaseSettings]) -> dict[str, str]:
 
 def unknown_env(cls: type[BaseSettings], env: dict[str, str]) -> list[str]:
     """CORL_* variables the settings class would silently ignore (a typo, or a setting that moved)."""
+    from corl.redis_auth import PASSWORD_ENV, PASSWORD_FILE_ENV
+
     names = env_names(cls)
     bad = []
     for var in env:
         if not var.startswith("CORL_"):
             continue
-        if var.upper() in names:
+        if var.upper() in names or var in (PASSWORD_ENV, PASSWORD_FILE_ENV):  # read by corl.redis_auth
             continue
         nested = [n for n, f in names.items() if f.endswith(".") and var.upper().startswith(n)]
         if not nested:

@@ -21,6 +21,8 @@ from .support import (
     COMPOSE_FILE,
     ENV_EXAMPLE,
     ROOT,
+    SECRETS,
+    USER_ENV,
     interpolate,
     load_compose,
     option_value,
@@ -60,11 +62,50 @@ def test_compose_file_matches_the_compose_spec() -> None:
     assert out.returncode == 0, out.stdout + out.stderr
 
 
-def test_compose_refuses_to_start_without_the_admin_token() -> None:
-    env = read_env_file(ENV_EXAMPLE)
-    del env["CORL_ADMIN_TOKEN"]
-    with pytest.raises(KeyError, match="CORL_ADMIN_TOKEN"):
+@pytest.mark.parametrize("secret", SECRETS)
+def test_compose_refuses_to_start_on_env_example_as_copied(secret: str) -> None:
+    """`cp .env.example .env` and nothing else: compose names each secret still to set."""
+    env = {**USER_ENV, secret: read_env_file(ENV_EXAMPLE)[secret]}
+    assert env[secret] == ""
+    with pytest.raises(KeyError, match=secret):
         interpolate(yaml.safe_load(COMPOSE_FILE.read_text()), env)
+
+
+@pytest.mark.parametrize("value", ["change-me-to-a-long-random-string", "change-me-too", "password", "short-but-real"])
+def test_secrets_check_refuses_placeholders_and_everything_waits_for_it(
+    value: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The stack's first service runs the real `corl secrets check` on the secrets compose hands it."""
+    check = SERVICES["secrets-check"]
+    (argv,) = service_argv(check)
+    assert argv[:2] == ["secrets", "check"] and set(argv[2:]) == set(SECRETS)
+    for name, v in check["environment"].items():
+        monkeypatch.setenv(name, str(v))
+    assert CliRunner().invoke(corl_app, argv).exit_code == 0  # the user's real secrets pass
+    monkeypatch.setenv("CORL_REDIS_PASSWORD", value)
+    result = CliRunner().invoke(corl_app, argv)
+    assert result.exit_code == 1 and "CORL_REDIS_PASSWORD" in result.output
+    for name in SERVICES:  # nothing starts before the check passed (directly or through a dependency)
+        if name != "secrets-check":
+            assert _waits_for(name, "secrets-check"), name
+
+
+def _waits_for(service: str, first: str) -> bool:
+    deps = SERVICES[service].get("depends_on") or {}
+    return first in deps or any(_waits_for(d, first) for d in deps if d in SERVICES and d != service)
+
+
+def test_each_service_gets_only_the_secrets_it_uses() -> None:
+    for name, svc in SERVICES.items():
+        env = svc.get("environment") or {}
+        argv = service_argv(svc)[0] if str(svc.get("image", "")).startswith("corl:") else []
+        if name.startswith("model-"):  # they run programs: no Redis password
+            assert "CORL_REDIS_PASSWORD" not in env and env["CORL_COHORT_TOKEN"] == USER_ENV["CORL_COHORT_TOKEN"]
+            assert env["CORL_TASKS"] == load_config(ROOT / "deploy" / "cohort.compose.yaml").task.name
+        if argv[:1] == ["train"] or argv[:2] in (["serve", "aggregator"], ["serve", "evaluator"]):
+            assert env["CORL_REDIS_PASSWORD"] == USER_ENV["CORL_REDIS_PASSWORD"], name
+    for name in ("aggregator", "prometheus", "grafana"):  # published on loopback only, unless told otherwise
+        assert all(str(p).startswith("127.0.0.1:") for p in SERVICES[name]["ports"]), name
 
 
 def test_every_member_has_a_server_per_profile_and_a_trainer() -> None:
@@ -90,12 +131,14 @@ def test_default_profile_is_cpu() -> None:
     assert read_env_file(ENV_EXAMPLE)["COMPOSE_PROFILES"] == "cpu"
 
 
-def test_redis_persists_with_aof_on_a_named_volume() -> None:
+def test_redis_persists_with_aof_on_a_named_volume_behind_a_password() -> None:
     redis = SERVICES["redis"]
-    cmd = redis["command"]
-    assert cmd[cmd.index("--appendonly") + 1] == "yes"
+    script = " ".join(redis["command"])
+    assert "--appendonly yes" in script and "--maxmemory-policy noeviction" in script
+    # The password reaches Redis as a config file, never on its command line.
+    assert "requirepass %s" in script and '"$CORL_REDIS_PASSWORD"' in script and "--requirepass" not in script
     assert any(v.split(":")[0] in COMPOSE["volumes"] and v.split(":")[1] == "/data" for v in redis["volumes"])
-    assert "healthcheck" in redis
+    assert "REDISCLI_AUTH" in " ".join(redis["healthcheck"]["test"])
 
 
 def test_cohort_init_runs_once_and_everything_waits_for_it() -> None:
@@ -104,7 +147,7 @@ def test_cohort_init_runs_once_and_everything_waits_for_it() -> None:
     assert script.startswith("test -f /data/cohort/cohort.json ||"), "init must skip an existing cohort"
     assert service_argv(init) == [["cohort", "init", "--preset", "tiny", "--out", "/data/cohort"]]
     for name in CORL_SERVICES:
-        if name == "cohort-init":
+        if name in ("cohort-init", "secrets-check"):
             continue
         deps = SERVICES[name]["depends_on"]
         assert deps["cohort-init"]["condition"] == "service_completed_successfully", name
@@ -174,7 +217,7 @@ def test_environment_builds_the_service_settings(
     token: Any = getattr(settings, "admin_token", None)
     if isinstance(token, SecretStr):
         token = token.get_secret_value()
-    assert token == read_env_file(ENV_EXAMPLE)["CORL_ADMIN_TOKEN"], f"{service} does not get the admin token"
+    assert token == USER_ENV["CORL_ADMIN_TOKEN"], f"{service} does not get the admin token"
 
 
 @pytest.mark.parametrize("service", [n for n, a in COMMANDS if "--config" in a])
@@ -236,7 +279,7 @@ def test_grafana_is_provisioned_with_the_chart_dashboard() -> None:
 def test_trackers_get_their_keys_from_env_and_a_volume_for_their_files() -> None:
     cfg = load_config(ROOT / "deploy" / "cohort.compose.yaml")
     assert cfg.tracking.report_to == [] and cfg.tracking.dir == "/data/tracking"  # off until the user names one
-    env = {**read_env_file(ENV_EXAMPLE), "WANDB_API_KEY": "wandb-key", "MLFLOW_TRACKING_URI": "http://mlflow:5000"}
+    env = {**USER_ENV, "WANDB_API_KEY": "wandb-key", "MLFLOW_TRACKING_URI": "http://mlflow:5000"}
     services = load_compose(env)["services"]
     for name in ("aggregator", "evaluator", *(n for n in services if n.startswith("trainer-"))):
         svc = services[name]

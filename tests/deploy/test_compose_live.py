@@ -201,6 +201,53 @@ def test_grafana_serves_the_provisioned_dashboard(stack: LiveStack) -> None:
     assert dash["panels"]
 
 
+def test_tokens_and_the_redis_password_are_in_force(stack: LiveStack) -> None:
+    env = stack.env_values
+    generate = stack.url(f"model-{MEMBERS[0]}", 8000, "/v1/generate")
+    body = {"prompts": ["1+1="], "n": 1, "max_tokens": 2}
+    assert httpx.post(generate, json=body, timeout=30).status_code == 401
+    auth = {"Authorization": f"Bearer {env['CORL_COHORT_TOKEN']}"}
+    assert httpx.post(generate, json=body, headers=auth, timeout=60).status_code == 200
+    grade = stack.url(f"model-{MEMBERS[0]}", 8000, "/v1/grade")
+    code = {"task": "code", "items": [{"prompt": "p", "response": "r"}], "mode": "vote", "n_votes": 1}
+    assert httpx.post(grade, json=code, headers=auth, timeout=30).status_code == 403  # not the run's task
+    redis = stack.container_of("redis")
+    forge = ["redis-cli", "XADD", "corl:compose:forged", "*", "k", "v"]
+    stranger = run([stack.engine, "exec", redis, *forge], check=False)
+    assert "NOAUTH" in stranger.stdout + stranger.stderr
+    owner = run([stack.engine, "exec", "-e", f"REDISCLI_AUTH={env['CORL_REDIS_PASSWORD']}", redis, "redis-cli", "ping"])
+    assert owner.stdout.strip() == "PONG"
+
+
+def _sandbox_probe(argv: list[str]) -> dict[str, Any]:
+    out = run(argv, timeout=300, input=(Path(__file__).parent / "sandbox_probe.py").read_text())
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.security
+def test_the_sandbox_holds_or_refuses_inside_the_stack_and_under_a_seccomp_profile(stack: LiveStack) -> None:
+    """The attack suite's programs through corl's sandbox in a model server's container (its secrets in
+    the environment), and in the image under a seccomp profile that refuses user namespaces as Docker's
+    and Kubernetes' defaults do: contained, or refused with the fail-closed error; never escaped."""
+    inside = _sandbox_probe([stack.engine, "exec", "-i", stack.container_of(f"model-{MEMBERS[0]}"), "python", "-"])
+    print(f"[compose_live] sandbox in the stack: {inside}", flush=True)
+    assert inside.get("escaped") == [] or "refusing to run untrusted code" in inside.get("refused", ""), inside
+    profile = Path(__file__).parent / "seccomp-no-userns.json"
+    seccomp = _sandbox_probe(
+        [stack.engine, "run", "--rm", "-i", "--security-opt", f"seccomp={profile}", "--entrypoint", "python",
+         "-e", "CORL_ADMIN_TOKEN=canary-" + os.urandom(8).hex(), IMAGE, "-"]
+    )  # fmt: skip
+    print(f"[compose_live] sandbox under the no-userns seccomp profile: {seccomp}", flush=True)
+    assert seccomp.get("escaped") == [] or "refusing to run untrusted code" in seccomp.get("refused", ""), seccomp
+
+
+def test_placeholder_secrets_refuse_to_start(stack: LiveStack) -> None:
+    env = ["-e", "CORL_ADMIN_TOKEN=change-me-to-a-long-random-string", "-e", "CORL_COHORT_TOKEN=short"]
+    out = run([stack.engine, "run", "--rm", *env, IMAGE, "secrets", "check", "CORL_ADMIN_TOKEN", "CORL_COHORT_TOKEN"],
+              timeout=120, check=False)  # fmt: skip
+    assert out.returncode == 1 and "CORL_ADMIN_TOKEN: a placeholder" in out.stderr, out.stderr
+
+
 def test_killed_model_server_is_restarted_on_the_newest_weights(stack: LiveStack) -> None:
     member = TRAINED[0]
     service = f"model-{member}"

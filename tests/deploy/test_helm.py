@@ -440,7 +440,8 @@ def test_probes(render: Render, case: str) -> None:
         assert "startupProbe" in c
     for obj in of(objs, "StatefulSet", "redis"):
         (c,) = containers(obj)
-        assert "redis-cli" in c["livenessProbe"]["exec"]["command"]
+        assert "redis-cli" in " ".join(c["livenessProbe"]["exec"]["command"])
+        assert any(e["name"] == "REDISCLI_AUTH" for e in c["env"])  # the probe authenticates
 
 
 def test_configmap_loads_with_the_services_config_loader(render: Render, tmp_path: Path) -> None:
@@ -494,8 +495,10 @@ def test_experiment_tracking_reaches_every_reporting_process_and_writes_to_the_d
     for obj in reporting:
         (c,) = containers(obj)
         assert env_of(c)["WANDB_API_KEY"] == key, obj["metadata"]["name"]
-        mounts = {m["name"]: m for m in c["volumeMounts"]}
-        assert mounts["data"]["mountPath"] == "/data" and not mounts["data"].get("readOnly")
+        writable = [m for m in c["volumeMounts"] if m["name"] == "data" and not m.get("readOnly")]
+        assert {"mountPath": "/data/tracking", "subPath": "tracking"} in [
+            {k: m[k] for k in ("mountPath", "subPath")} for m in writable if "subPath" in m
+        ]
         claims = {v["name"]: v for v in obj["spec"]["template"]["spec"]["volumes"]}
         assert claims["data"]["persistentVolumeClaim"]["claimName"] == "shared-weights"
     for sts in of(objs, "StatefulSet", "model"):  # servers report nothing: no key
@@ -503,6 +506,9 @@ def test_experiment_tracking_reaches_every_reporting_process_and_writes_to_the_d
     own_dir = json.loads(json.dumps(CUSTOM))
     own_dir["cohort"]["tracking"]["dir"] = "/data/runs/exp-7"
     assert cohort_config(render(own_dir)).tracking.dir == "/data/runs/exp-7"
+    for obj in of(render(own_dir), "Deployment", "aggregator"):  # the writable folder follows the dir
+        mounts = [m for m in containers(obj)[0]["volumeMounts"] if m["name"] == "data"]
+        assert mounts == [{"name": "data", "mountPath": "/data/runs/exp-7", "subPath": "runs/exp-7"}]
 
 
 def test_evaluator_takes_its_values_and_can_be_left_out(render: Render, helm: str, tmp_path: Path) -> None:
@@ -575,6 +581,83 @@ def test_storage_secret_and_init(render: Render) -> None:
         spec = sts["spec"]["template"]["spec"]
         assert "initContainers" not in spec
         assert {v["name"]: v for v in spec["volumes"]}["data"]["persistentVolumeClaim"]["claimName"] == "shared-weights"
+
+
+def _peers(rule: dict[str, Any]) -> set[str]:
+    peers = rule.get("from", rule.get("to", []))
+    return {p["podSelector"]["matchLabels"]["app.kubernetes.io/component"] for p in peers}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_network_policies_deny_by_default_and_allow_only_what_corl_needs(render: Render, case: str) -> None:
+    objs = render(CASES[case])
+    policies = {p["metadata"]["name"].removeprefix("t-corl-"): p["spec"] for p in of(objs, "NetworkPolicy")}
+    deny = policies.pop("default-deny")
+    assert deny["policyTypes"] == ["Ingress", "Egress"] and "ingress" not in deny and "egress" not in deny
+    assert "app.kubernetes.io/component" not in deny["podSelector"]["matchLabels"]  # every pod of the release
+    servers = policies["model"]
+    assert servers["egress"] == []  # they run programs: nowhere to send anything
+    (internal, metrics) = servers["ingress"]
+    assert _peers(internal) == {"aggregator", "evaluator", "trainer"}
+    assert metrics["from"] == [{"namespaceSelector": {}}]  # metricsFrom
+    redis_enabled = (CASES[case] or {}).get("redis", {}).get("enabled", True)
+    assert ("redis" in policies) == redis_enabled
+    if redis_enabled:
+        (rule,) = policies["redis"]["ingress"]
+        assert _peers(rule) == {"aggregator", "evaluator", "trainer"} and policies["redis"]["egress"] == []
+    for component in ("aggregator", "evaluator", "trainer"):
+        targets = set().union(*(_peers(r) for r in policies[component]["egress"] if "to" in r))
+        assert targets == ({"model", "redis"} if redis_enabled else {"model"}), component
+    opened = render({"networkPolicy": {"externalEgress": [{"ipBlock": {"cidr": "0.0.0.0/0"}}]}})
+    spec = {p["metadata"]["name"]: p["spec"] for p in of(opened, "NetworkPolicy")}
+    assert {"to": [{"ipBlock": {"cidr": "0.0.0.0/0"}}]} in spec["t-corl-aggregator"]["egress"]
+    assert spec["t-corl-model"]["egress"] == []  # never the servers
+    assert not of(render({"networkPolicy": {"enabled": False}}), "NetworkPolicy")
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_no_pod_gets_a_service_account_token_and_trainers_write_only_their_own_folders(
+    render: Render, case: str
+) -> None:
+    objs = render(CASES[case])
+    pods = [o for o in objs if o["kind"] in ("Deployment", "StatefulSet", "Job")]
+    for obj in pods:
+        assert obj["spec"]["template"]["spec"]["automountServiceAccountToken"] is False, obj["metadata"]["name"]
+    for obj in of(objs, "Deployment", "trainer"):
+        member = obj["metadata"]["labels"]["corl.dev/member"]
+        writable = {m["mountPath"] for m in containers(obj)[0]["volumeMounts"] if not m.get("readOnly")}
+        expected = {"/data/weights", f"/data/checkpoints/{member}", "/dev/shm"}
+        if cohort_config(objs).tracking.report_to:
+            expected.add("/data/tracking")
+        assert writable <= expected and {"/data/weights", f"/data/checkpoints/{member}"} <= writable
+        assert {"name": "data", "mountPath": "/data", "readOnly": True} in containers(obj)[0]["volumeMounts"]
+    for sts in of(objs, "StatefulSet", "model"):
+        assert all(m.get("readOnly") for m in containers(sts)[0]["volumeMounts"] if m["name"] == "data")
+
+
+def test_secrets_are_generated_kept_out_of_values_and_placeholders_refused(
+    render: Render, helm: str, tmp_path: Path
+) -> None:
+    (secret,) = of(render(None), "Secret", "auth")
+    assert set(secret["data"]) == {"admin-token", "cohort-token", "redis-password"}
+    assert len(set(secret["data"].values())) == 3
+    for bad in ("change-me-to-a-long-random-string", "short"):
+        vf = tmp_path / "bad.yaml"
+        vf.write_text(yaml.safe_dump({"auth": {"cohortToken": bad}}))
+        out = subprocess.run([helm, "template", "t", str(CHART), "-f", str(vf)], capture_output=True, text=True)
+        assert out.returncode != 0 and "auth.cohortToken" in out.stderr
+    objs = render(None)
+    for obj in of(objs, "StatefulSet", "model"):
+        env = env_of(containers(obj)[0])
+        assert env["CORL_COHORT_TOKEN"]["secretKeyRef"]["key"] == "cohort-token"
+        assert env["CORL_TASKS"] == "addition" and "CORL_REDIS_PASSWORD" not in env
+    for component in ("aggregator", "evaluator", "trainer"):
+        for obj in of(objs, "Deployment", component):
+            assert env_of(containers(obj)[0])["CORL_REDIS_PASSWORD"]["secretKeyRef"]["key"] == "redis-password"
+    (redis,) = of(objs, "StatefulSet", "redis")
+    args = containers(redis)[0]["args"]
+    assert args[:2] == ["redis-server", "/etc/redis-auth/redis.conf"] and "noeviction" in args
+    assert "requirepass" not in " ".join(args)  # the password is in a file, never on the command line
 
 
 def test_monitoring_objects(render: Render) -> None:

@@ -190,6 +190,31 @@ app.kubernetes.io/part-of: corl
   value: "1"
 {{- end -}}
 
+{{/* The cohort token (generate, grade, the OpenAI routes, the evaluator's readings). (dict "root" $) */}}
+{{- define "corl.cohortTokenEnv" -}}
+- name: CORL_COHORT_TOKEN
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "corl.secretName" .root }}
+      key: {{ .root.Values.auth.cohortTokenKey }}
+{{- end -}}
+
+{{/* The built-in Redis's password, for the aggregator, trainers and the evaluator only. (dict "root" $) */}}
+{{- define "corl.redisPasswordEnv" -}}
+{{- if .root.Values.redis.enabled }}
+- name: CORL_REDIS_PASSWORD
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "corl.secretName" .root }}
+      key: {{ .root.Values.auth.redisPasswordKey }}
+{{- end }}
+{{- end -}}
+
+{{/* The run's task name (task: NAME or task: {name: NAME, ...}). */}}
+{{- define "corl.taskName" -}}
+{{- if kindIs "map" .Values.task -}}{{ .Values.task.name }}{{- else -}}{{ .Values.task }}{{- end -}}
+{{- end -}}
+
 {{/* The experiment trackers' keys (tracking.secretEnv), for trainers and the aggregator. (dict "root" $) */}}
 {{- define "corl.trackingEnv" -}}
 {{- range $name, $ref := .root.Values.tracking.secretEnv }}
@@ -248,4 +273,17 @@ initContainers:
 - name: cohort-config
   configMap:
     name: {{ include "corl.configMapName" . }}
+{{- end -}}
+
+{{/* The trackers' folder (cohort.tracking.dir, by default <mountPath>/tracking), writable: that folder of
+     the data volume only. */}}
+{{- define "corl.trackingMount" -}}
+{{- $mount := .Values.storage.mountPath -}}
+{{- $dir := default (printf "%s/tracking" $mount) .Values.cohort.tracking.dir -}}
+{{- if not (hasPrefix (printf "%s/" $mount) $dir) -}}
+{{- fail (printf "cohort.tracking.dir %s must be under storage.mountPath %s (the data volume)" $dir $mount) -}}
+{{- end -}}
+- name: data
+  mountPath: {{ $dir }}
+  subPath: {{ trimPrefix (printf "%s/" $mount) $dir }}
 {{- end -}}

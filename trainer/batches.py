@@ -1,8 +1,9 @@
 """The member's graded-batch stream, read through the ``trainer`` consumer group.
 
 Delivery is at-least-once: an entry stays pending until ``commit`` acknowledges it, which the loop
-does only after the step that used it is in a durable checkpoint. On start (and periodically) the
-consumer takes over entries another consumer of the group left pending (``XAUTOCLAIM``) and
+does only after the step that used it is in a durable checkpoint; acknowledged, it is deleted in the
+same transaction (nothing a trainer could still need), unless the trainer keeps them (``keep_acked``).
+On start (and periodically) the consumer takes over entries another consumer of the group left pending (``XAUTOCLAIM``) and
 re-reads its own pending entries before new ones. Duplicate suppression is by batch id, in the loop.
 """
 
@@ -31,8 +32,9 @@ class Entry:
 
 
 class BatchStream:
-    def __init__(self, client: redis.Redis, run: str, member: str, consumer: str):
+    def __init__(self, client: redis.Redis, run: str, member: str, consumer: str, *, delete_acked: bool = True):
         self.client, self.run, self.member, self.consumer = client, run, member, consumer
+        self.delete_acked = delete_acked
         self.stream = redis_keys.batches_stream(run, member)
         self.group = redis_keys.TRAINER_GROUP
         self._pending_cursor: str | None = "0"  # re-read own pending entries first
@@ -107,6 +109,8 @@ class BatchStream:
         pipe = self.client.pipeline(transaction=True)
         if ids:
             pipe.xack(self.stream, self.group, *ids)
+            if self.delete_acked:
+                pipe.xdel(self.stream, *ids)
         if applied:
             pipe.sadd(redis_keys.trainer_applied(self.run, self.member), *applied)
         if dropped:

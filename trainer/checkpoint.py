@@ -111,10 +111,14 @@ def is_sharded_checkpoint(path: Path) -> bool:
 
 
 def load_sharded(path: Path, model: Any, optimizer: torch.optim.Optimizer) -> None:
-    """Every rank of a group loads its shards of a group checkpoint into ``model`` and ``optimizer``."""
+    """Every rank of a group loads its shards of a group checkpoint into ``model`` and ``optimizer``
+    (its index and non-tensor entries read without running code: ``checkpoint_reader``)."""
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
+    from .checkpoint_reader import SafePlanner, SafeReader
+
     model_sd, optim_sd = get_state_dict(model, optimizer)
-    dcp.load({"model": model_sd, "optim": optim_sd}, checkpoint_id=path)  # in place, into these dicts
+    # In place, into these dicts.
+    dcp.load({"model": model_sd, "optim": optim_sd}, storage_reader=SafeReader(path), planner=SafePlanner())
     set_state_dict(model, optimizer, model_state_dict=model_sd, optim_state_dict=optim_sd)

@@ -75,7 +75,13 @@ class Trainer:
             retry_on_error=[redis.ConnectionError, redis.TimeoutError],
         )
         self.http = http or httpx.Client(timeout=httpx.Timeout(self.settings.http_timeout_s, connect=5.0))
-        self.stream = BatchStream(self.redis, cfg.run_id, member, self.settings.consumer_name(member))
+        self.stream = BatchStream(
+            self.redis,
+            cfg.run_id,
+            member,
+            self.settings.consumer_name(member),
+            delete_acked=not self.settings.keep_acked,
+        )
         self.store = WeightsStore(cfg.weights_dir, member, keep=cfg.training.keep_versions)
         self.checkpointer = Checkpointer(cfg.checkpoints_dir, member, keep=self.settings.keep_checkpoints)
         self.pusher = ReplicaPusher(

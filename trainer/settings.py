@@ -39,6 +39,11 @@ class TrainerSettings(BaseSettings):
         default=1800.0, gt=0, description="A trainer group's collectives wait this long for a rank before failing."
     )
     applied_ids_kept: int = Field(default=100_000, ge=100, description="Applied batch ids kept in checkpoints.")
+    keep_acked: bool = Field(
+        default=False,
+        description="Keep acknowledged batches in the stream (audits, tests). Off: each is deleted once the "
+        "checkpoint holding its step is durable, so Redis holds only what a trainer may still need.",
+    )
 
     def consumer_name(self, member: str) -> str:
         return self.consumer or f"{member}-{socket.gethostname()}"

@@ -129,9 +129,12 @@ class GradingPool:
     # --- pull mode -----------------------------------------------------------------------------
 
     async def offer(self, round_: int, grader: str, items: list[tuple[str, str]], deadline: float) -> list[str]:
-        """Queue one task per (prompt, response) for ``grader``; returns the task ids (deterministic)."""
+        """Queue one task per (prompt, response) for ``grader``; returns the task ids. Each offer has ids
+        of its own (``r<round>.<attempt>.<grader>.<i>``): a retried round's responses are new, so a score
+        given to the failed attempt's task can never be read for them."""
         ttl = max(1, int(deadline - time.time()) + 60)
-        ids = [f"r{round_}.{grader}.{i}" for i in range(len(items))]
+        attempt = secrets.token_hex(4)
+        ids = [f"r{round_}.{attempt}.{grader}.{i}" for i in range(len(items))]
         pipe = self.redis.pipeline(transaction=True)
         for tid, (prompt, response) in zip(ids, items, strict=True):
             k = keys.grading_task(self.run, tid)

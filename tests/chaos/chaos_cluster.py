@@ -34,6 +34,7 @@ ENV = {
     "CORL_TRAINER_THREADS": "1",
     "CORL_TRAINER_BLOCK_MS": "200",
     "CORL_TRAINER_SYNC_EVERY_S": "1",
+    "CORL_TRAINER_KEEP_ACKED": "1",  # the tests read every batch the aggregator wrote
     "CORL_AGGREGATOR_QUORUM_RETRY_S": "0.2",
     "CORL_AGGREGATOR_HTTP__ATTEMPTS": "1",
 }

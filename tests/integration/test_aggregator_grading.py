@@ -94,23 +94,38 @@ async def test_unanswered_lease_is_reoffered_then_dropped_after_the_deadline(red
     cfg = make_config(["a", "b"])
     async with aggregator(cfg, FakeCohort.of("a", "b"), redis_url, grading={"lease_s": 0.5}) as (svc, client):
         token = await register(client, "slowpoke", "pull")
-        await svc.pool.offer(7, "slowpoke", [("01+02=", "3"), ("02+02=", "5")], deadline := time.time() + 2.5)
+        t0, t1 = await svc.pool.offer(7, "slowpoke", [("01+02=", "3"), ("02+02=", "5")], deadline := time.time() + 2.5)
         first = (await client.get("/v1/grading/tasks", params={"max": 1}, headers=auth(token))).json()["tasks"]
         second = (await client.get("/v1/grading/tasks", params={"max": 5}, headers=auth(token))).json()["tasks"]
-        assert [t["task_id"] for t in first] == ["r7.slowpoke.0"]
-        assert [t["task_id"] for t in second] == ["r7.slowpoke.1"]
+        assert [t["task_id"] for t in first] == [t0] and t0.startswith("r7.") and t0.endswith(".slowpoke.0")
+        assert [t["task_id"] for t in second] == [t1]
         await asyncio.sleep(0.6)  # leases expired: both are offered again
         again = (await client.get("/v1/grading/tasks", params={"max": 5, "wait": 0.5}, headers=auth(token))).json()
-        assert sorted(t["task_id"] for t in again["tasks"]) == ["r7.slowpoke.0", "r7.slowpoke.1"]
-        answer = {"results": [{"task_id": "r7.slowpoke.0", "score": 0.0}]}
+        assert sorted(t["task_id"] for t in again["tasks"]) == sorted([t0, t1])
+        answer = {"results": [{"task_id": t0, "score": 0.0}]}
         assert (await client.post("/v1/grading/results", json=answer, headers=auth(token))).json()["accepted"] == 1
         await asyncio.sleep(0.6)  # only the unanswered task comes back
         third = (await client.get("/v1/grading/tasks", params={"max": 5}, headers=auth(token))).json()["tasks"]
-        assert [t["task_id"] for t in third] == ["r7.slowpoke.1"]
+        assert [t["task_id"] for t in third] == [t1]
         await asyncio.sleep(max(0.0, deadline - time.time()) + 0.1)  # past the deadline: dropped, not offered
         t0 = time.monotonic()
         gone = (await client.get("/v1/grading/tasks", params={"max": 5, "wait": 0.5}, headers=auth(token))).json()
         assert gone == {"tasks": []} and time.monotonic() - t0 >= 0.4  # the long poll waited
+
+
+async def test_a_retried_round_never_reads_the_failed_attempts_scores(redis_url: str) -> None:
+    """The same round offered again (its first attempt failed) holds new responses: a score a grader gave
+    the first attempt's task must not be read for the second's."""
+    cfg = make_config(["a", "b"])
+    async with aggregator(cfg, FakeCohort.of("a", "b"), redis_url) as (svc, client):
+        token = await register(client, "puller", "pull")
+        (first,) = await svc.pool.offer(9, "puller", [("01+02=", "3")], deadline := time.time() + 5)
+        answer = {"results": [{"task_id": first, "score": 1.0}]}
+        assert (await client.post("/v1/grading/results", json=answer, headers=auth(token))).json()["accepted"] == 1
+        (retry,) = await svc.pool.offer(9, "puller", [("01+02=", "7")], deadline)
+        assert retry != first
+        assert await svc.pool.collect(9, {retry: "puller"}, time.time() + 0.3) == {}  # nothing graded it yet
+        assert await svc.pool.collect(9, {first: "puller"}, time.time() + 0.3) == {first: 1.0}
 
 
 async def test_push_graders_are_called_and_a_slow_one_never_stalls_the_round(redis_url: str) -> None:

@@ -69,6 +69,7 @@ def test_batches_are_applied_published_and_acked(
     # Every batch is acknowledged only with a checkpoint that holds it: nothing pending, all recorded.
     assert pending_count(client, run_id) == 0
     assert applied_ids(client, run_id) == {b.batch_id for b in batches}
+    assert client.xlen(redis_keys.batches_stream(run_id, "a")) == 0  # acknowledged, then deleted: Redis holds none
     ckpt = Checkpointer(cfg.checkpoints_dir, "a").latest()
     assert ckpt is not None and Checkpointer.load_state(ckpt).step == 3
     m = trainer.metrics
@@ -91,6 +92,18 @@ def test_replayed_batch_is_applied_once(
     assert state.step == 1 and state.weight_version == 1
     assert _value(trainer.metrics, "corl_trainer_duplicate_batches_total") == 1
     assert pending_count(client, run_id) == 0
+
+
+def test_a_trainer_told_to_keep_acknowledged_batches_keeps_them(
+    tmp_path: Path, tiny_model_dir: Path, redis_url: str, client: redis.Redis, run_id: str
+) -> None:
+    cfg = make_config(tmp_path, tiny_model_dir, redis_url, run_id)
+    for b in make_batches(tiny_model_dir, run_id, 2):
+        xadd(client, b)
+    trainer = _trainer(cfg, settings=_settings(keep_acked=True))
+    trainer.run(max_steps=2)
+    trainer.close()
+    assert pending_count(client, run_id) == 0 and client.xlen(redis_keys.batches_stream(run_id, "a")) == 2
 
 
 def test_stale_batches_are_dropped_and_counted(

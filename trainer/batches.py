@@ -3,8 +3,9 @@
 Delivery is at-least-once: an entry stays pending until ``commit`` acknowledges it, which the loop
 does only after the step that used it is in a durable checkpoint; acknowledged, it is deleted in the
 same transaction (nothing a trainer could still need), unless the trainer keeps them (``keep_acked``).
-On start (and periodically) the consumer takes over entries another consumer of the group left pending (``XAUTOCLAIM``) and
-re-reads its own pending entries before new ones. Duplicate suppression is by batch id, in the loop.
+On start (and periodically) the consumer takes over entries another consumer of the group left
+pending (``XAUTOCLAIM``) and re-reads its own pending entries before new ones. Duplicate
+suppression is by batch id, in the loop.
 """
 
 from __future__ import annotations

@@ -4,6 +4,7 @@ body or parses an ``Authorization`` header."""
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import logging
 import time
@@ -195,6 +196,9 @@ def operational_routes(get_serving: Callable[[Request], Awaitable[Any]]) -> APIR
 
 # --- middleware --------------------------------------------------------------------------------
 
+# Requests one client may have in flight at once, where a service's settings do not say.
+MAX_CLIENT_CONCURRENCY = 64
+
 
 class BodyLimitMiddleware:
     """413 for a body above ``max_bytes``, before the app reads it: by ``Content-Length`` up front,
@@ -245,6 +249,43 @@ def _replay(messages: list[Message], then: Receive) -> Receive:
     return receive
 
 
+class ClientConcurrencyMiddleware:
+    """429 for a client's request beyond ``max_in_flight`` of its own still being served: one client (a
+    bearer token, or an address when it sends none) cannot hold every worker. Probes and /metrics are
+    never counted."""
+
+    EXEMPT = frozenset({"/healthz", "/readyz", "/metrics"})
+
+    def __init__(self, app: ASGIApp, max_in_flight: int) -> None:
+        self.app, self.max_in_flight = app, max_in_flight
+        self.in_flight: dict[str, int] = {}
+
+    @staticmethod
+    def client_of(scope: Scope) -> str:
+        auth = dict(scope.get("headers") or []).get(b"authorization")
+        if auth:
+            return "token:" + hashlib.sha256(auth).hexdigest()[:16]
+        client = scope.get("client")
+        return f"addr:{client[0] if client else '?'}"
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope.get("path") in self.EXEMPT:
+            await self.app(scope, receive, send)
+            return
+        key = self.client_of(scope)
+        if self.in_flight.get(key, 0) >= self.max_in_flight:
+            message = f"more than {self.max_in_flight} requests of this client in flight: retry when one is answered"
+            await error_response(429, "rate_limited", message, headers={"Retry-After": "1"})(scope, receive, send)
+            return
+        self.in_flight[key] = self.in_flight.get(key, 0) + 1
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            left = self.in_flight.pop(key) - 1
+            if left:
+                self.in_flight[key] = left
+
+
 class HttpMetrics:
     """``<prefix>_requests_total`` and ``<prefix>_request_duration_seconds`` by route template and status;
     ``<prefix>_auth_failures_total`` by route: every 401 (no token, a wrong one, or admin routes off)."""
@@ -289,10 +330,16 @@ class RequestMetricsMiddleware:
 
 
 def install_edge(
-    app: FastAPI, *, metrics: HttpMetrics, max_body_bytes: int, path_limits: Mapping[str, int] | None = None
+    app: FastAPI,
+    *,
+    metrics: HttpMetrics,
+    max_body_bytes: int,
+    max_client_concurrency: int = MAX_CLIENT_CONCURRENCY,
+    path_limits: Mapping[str, int] | None = None,
 ) -> None:
-    """Error handlers, the body limit (``path_limits``: exact paths with their own bound) and
-    request metrics, in that order of wrapping."""
+    """Error handlers, the body limit (``path_limits``: exact paths with their own bound), the
+    per-client concurrency limit and request metrics, in that order of wrapping."""
     install_error_handlers(app)
     app.add_middleware(BodyLimitMiddleware, max_bytes=max_body_bytes, path_limits=path_limits)
+    app.add_middleware(ClientConcurrencyMiddleware, max_in_flight=max_client_concurrency)
     app.add_middleware(RequestMetricsMiddleware, metrics=metrics)

@@ -84,6 +84,7 @@ def create_app(
         app,
         metrics=app.state.metrics.http,
         max_body_bytes=settings.grading.max_body_bytes,
+        max_client_concurrency=settings.grading.max_client_concurrency,
         path_limits={"/get_reward": batch_limit, "/v1/reward": batch_limit},
     )
     for exc in (RedisConnectionError, RedisTimeoutError):

@@ -35,6 +35,9 @@ class GradingSettings(_Section):
     items_per_round: int = Field(default=64, ge=1, description="Responses each external grader sees per round.")
     rate_limit_per_min: int = Field(default=600, ge=1, description="Requests per grader per minute.")
     max_body_bytes: int = Field(default=1 << 20, ge=1024)
+    max_client_concurrency: int = Field(
+        default=64, ge=1, description="Requests one client (token or address) may have in flight; more get 429."
+    )
     max_graders: int = Field(default=64, ge=1, description="Bounds the grader label of metrics.")
 
 

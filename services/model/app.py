@@ -81,6 +81,11 @@ def create_app(settings: ServerSettings | None = None, backend: Backend | None =
     app.state.serving = app.state.openai = None
     app.include_router(router)
     app.include_router(openai_router)
-    install_edge(app, metrics=app.state.metrics.http, max_body_bytes=settings.max_body_bytes)
+    install_edge(
+        app,
+        metrics=app.state.metrics.http,
+        max_body_bytes=settings.max_body_bytes,
+        max_client_concurrency=settings.max_client_concurrency,
+    )
     publish_bounds(app, settings)
     return app

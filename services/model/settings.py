@@ -63,6 +63,12 @@ class ServerSettings(BaseSettings):
     )
     max_tokens: int = Field(default=256, ge=1)
     max_body_bytes: int = Field(default=1 << 20, ge=1)
+    max_client_concurrency: int = Field(
+        default=512,
+        ge=1,
+        description="Requests one client (token or address) may have in flight; more get 429. The run's own "
+        "clients share the cohort token: keep it above the aggregator's and evaluator's connections together.",
+    )
     request_timeout_s: float = Field(default=120.0, gt=0.0, description="Backend time limit per request (503).")
     swap_timeout_s: float = Field(default=600.0, gt=0.0)
     batch: BatchingSettings = BatchingSettings()

@@ -130,3 +130,40 @@ async def test_stop_strings_the_tokenizer_cannot_produce_are_not_a_server_error(
         r = await client.post("/v1/generate", json={"prompts": ["1+1="], "max_tokens": 6, "stop": stop, "seed": 1})
         assert r.status_code == 200, (stop, r.text)
         assert all(not any(s in x["text"] for s in stop) for x in r.json()["results"][0]["samples"])
+
+
+async def test_one_client_cannot_hold_every_worker() -> None:
+    """Past its own limit of requests in flight a client gets 429 (Retry-After); other clients and the
+    probes are served meanwhile, and the client is served again once its requests are answered."""
+    import asyncio
+
+    from corl.services.http import ClientConcurrencyMiddleware
+
+    release = asyncio.Event()
+    app = FastAPI()
+
+    @app.get("/v1/slow")
+    async def slow() -> dict[str, bool]:
+        await release.wait()
+        return {"ok": True}
+
+    @app.get("/healthz")
+    async def healthz() -> dict[str, bool]:
+        return {"ok": True}
+
+    install_error_handlers(app)
+    app.add_middleware(ClientConcurrencyMiddleware, max_in_flight=2)
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://t") as c:
+        greedy = {"Authorization": "Bearer greedy"}
+        held = [asyncio.create_task(c.get("/v1/slow", headers=greedy)) for _ in range(2)]
+        await asyncio.sleep(0.05)
+        refused = await c.get("/v1/slow", headers=greedy)
+        assert refused.status_code == 429 and refused.headers["Retry-After"] == "1"
+        assert refused.json()["error"]["type"] == "rate_limited"
+        assert (await c.get("/healthz", headers=greedy)).status_code == 200  # probes are never counted
+        other = asyncio.create_task(c.get("/v1/slow", headers={"Authorization": "Bearer other"}))
+        await asyncio.sleep(0.05)
+        release.set()
+        assert [r.status_code for r in await asyncio.gather(*held, other)] == [200, 200, 200]
+        assert (await c.get("/v1/slow", headers=greedy)).status_code == 200  # its slots came back

@@ -1,4 +1,4 @@
-"""Deployment secrets that cannot be guessed: what compose's `secrets` service and the chart check.
+"""Deployment secrets that cannot be guessed: what compose's `secrets-check` service and the chart check.
 
 A deployment refuses to start on a secret that is unset, shorter than ``MIN_LENGTH`` or one of the
 placeholders people copy from examples (``change-me...``, ``password``, ``secret``...): the cohort

@@ -56,6 +56,7 @@ from .reward_server import (
     SlimeRewardRequest,
     SlimeRewardResponse,
 )
+from .sandbox import ProgramLimits, ProgramStatus, RunProgramRequest, RunProgramResponse
 from .weights import WeightFormat, WeightUpdateRequest, WeightUpdateResponse
 
 CONTRACT_VERSION = "2"
@@ -93,6 +94,10 @@ __all__ = [
     "Sample",
     "SamplingSettings",
     "WeightFormat",
+    "ProgramLimits",
+    "ProgramStatus",
+    "RunProgramRequest",
+    "RunProgramResponse",
     "WeightUpdateRequest",
     "WeightUpdateResponse",
     "GraderMode",

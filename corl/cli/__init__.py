@@ -4,12 +4,28 @@ from __future__ import annotations
 
 import typer
 
-from . import cohort, data, evaluate, experiment, proto, run, secrets, serve, serve_aggregator, serve_evaluator, train
+from . import (
+    cohort,
+    data,
+    evaluate,
+    experiment,
+    proto,
+    run,
+    secrets,
+    serve,
+    serve_aggregator,
+    serve_evaluator,
+    serve_sandbox,
+    train,
+)
 
 app = typer.Typer(help="Peer-rewarded cohort training.", no_args_is_help=True, add_completion=False)
 app.add_typer(cohort.app, name="cohort", help="Build and inspect cohorts.")
 serve.app.command("aggregator", help="Run the reward aggregator of a run.")(serve_aggregator.aggregator)
 serve.app.command("evaluator", help="Read a run's held-out accuracy through its servers.")(serve_evaluator.evaluator)
+serve.app.command("sandbox", help="Run untrusted programs for services whose host refuses the jail.")(
+    serve_sandbox.sandbox
+)
 app.add_typer(serve.app, name="serve", help="Run a service (model server, aggregator, evaluator).")
 app.add_typer(proto.app, name="proto", help="The wire contract's exported schemas.")
 app.add_typer(secrets.app, name="secrets", help="Check or make deployment secrets.")

@@ -34,6 +34,8 @@ def exported_files() -> dict[str, str]:
     from corl.services.evaluator import create_app as create_evaluator
     from corl.services.model.app import create_app
     from corl.services.model.settings import ServerSettings
+    from corl.services.sandbox import SandboxSettings
+    from corl.services.sandbox import create_app as create_sandbox
 
     files: dict[str, str] = {}
     for name in corl.proto.__all__:
@@ -48,6 +50,7 @@ def exported_files() -> dict[str, str]:
     files["openapi/aggregator.json"] = _dump(aggregator.openapi())
     evaluator = create_evaluator(EvaluatorSettings(_env_file=None, config=Path("cohort.yaml")))  # type: ignore[call-arg]
     files["openapi/evaluator.json"] = _dump(evaluator.openapi())
+    files["openapi/sandbox.json"] = _dump(create_sandbox(SandboxSettings(_env_file=None)).openapi())  # type: ignore[call-arg]
     return files
 
 
@@ -71,7 +74,7 @@ def export(
     check: Annotated[bool, typer.Option("--check", help="Only compare; exit 1 if the files differ.")] = False,
     out: Annotated[Path | None, typer.Option(help="Target directory (default: the installed proto/).")] = None,
 ) -> None:
-    """Write proto/schemas/<Model>.json and proto/openapi/{model_server,aggregator,evaluator}.json."""
+    """Write proto/schemas/<Model>.json and proto/openapi/{model_server,aggregator,evaluator,sandbox}.json."""
     root = out or _proto_dir()
     if check:
         differ = drift(root)

@@ -3,13 +3,16 @@ network, ipc, uts and cgroup namespaces, as nobody) around a process with rlimit
 directory and a wall-clock timeout; refused (fail closed) where the jail cannot be built."""
 
 from .jail import SandboxUnavailable, insecure_allowed, require
+from .remote import remote_url
 from .runner import Limits, SandboxResult, protections, run_python
 
 
 def require_sandbox(limits: Limits | None = None) -> None:
     """Raise ``SandboxUnavailable`` (naming what is missing) unless code can run here: in the jail, or
-    without it because the operator allowed that. Services that run code call it before serving."""
-    require((limits or Limits()).uid)
+    without it because the operator allowed that, or a sandbox service runs them (``CORL_SANDBOX_URL``:
+    its own start-up checks its jail). Services that run code call it before serving."""
+    if remote_url() is None:
+        require((limits or Limits()).uid)
 
 
 __all__ = [

@@ -5,7 +5,8 @@ jail (``jail.py``: bubblewrap namespaces, as nobody) through ``launcher.py`` (rl
 wall-clock timeout after which the jail and everything in it is killed. Standard output goes to a
 file outside the program's reach, capped by the file-size limit. The result is a ``SandboxResult``;
 nothing the program does raises here. Where the jail cannot be built, ``SandboxUnavailable`` is
-raised (fail closed) unless the operator allowed the in-process launcher alone.
+raised (fail closed) unless the operator allowed the in-process launcher alone. With
+``CORL_SANDBOX_URL`` set, programs go to that sandbox service instead (``remote.py``).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from pathlib import Path
 from typing import Literal
 
 from .jail import Jail, require
+from .remote import remote_url, run_remote
 
 log = logging.getLogger(__name__)
 
@@ -85,8 +87,18 @@ def _command(jail: Jail | None, root: Path, args: dict[str, object]) -> tuple[li
 
 
 def run_python(code: str, limits: Limits | None = None) -> SandboxResult:
-    """Run ``code`` as ``main.py`` in the sandbox; blocks until it ends (call it from a worker thread).
-    Raises ``SandboxUnavailable`` where the jail cannot be built and insecure runs are not allowed."""
+    """Run ``code`` as ``main.py`` in the sandbox (this host's jail, or the sandbox service that
+    ``CORL_SANDBOX_URL`` names); blocks until it ends (call it from a worker thread). Raises
+    ``SandboxUnavailable`` where neither can run it and insecure runs are not allowed."""
+    lim = limits or Limits()
+    url = remote_url()
+    if url is not None:  # a sandbox service runs every program (a host that refuses the jail)
+        return SandboxResult(*run_remote(url, code, lim))
+    return run_here(code, lim)
+
+
+def run_here(code: str, limits: Limits | None = None) -> SandboxResult:
+    """``run_python`` in this host's own jail, whatever ``CORL_SANDBOX_URL`` says (the sandbox service)."""
     lim = limits or Limits()
     jail = require(lim.uid)
     root = Path(tempfile.mkdtemp(prefix="corl-sandbox-"))
@@ -150,10 +162,11 @@ def _log_protections(workdir: Path) -> None:
     )
 
 
-def protections(limits: Limits | None = None) -> dict[str, object]:
-    """What is in force on this machine, measured by running an empty program."""
+def protections(limits: Limits | None = None, here: bool = False) -> dict[str, object]:
+    """What is in force where programs run (``here``: in this host's jail), measured by running an
+    empty program."""
     lim = limits or Limits()
-    res = run_python(
+    res = (run_here if here else run_python)(
         "import json, os; print(json.dumps(json.load(open('protections.json'))))",
         lim,
     )

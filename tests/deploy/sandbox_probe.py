@@ -26,8 +26,10 @@ programs = {
     "write_outside": f"open('{outside}/write', 'w').write('x')",
     "ctypes_system": f"import ctypes\nctypes.CDLL(None).system(b'echo x > {outside}/system')",
     "execv": f"import os\nos.execv('/bin/sh', ['sh', '-c', 'echo x > {outside}/execv'])",
-    "loopback": "import socket\ns = socket.create_connection(('127.0.0.1', 8000), timeout=2)\n"
-    "s.sendall(b'GET /readyz HTTP/1.0\\r\\n\\r\\n')\nprint('REPLY', s.recv(64))",
+    "loopback": "import socket\nfor port in (8000, 8300):\n"
+    "    try:\n        s = socket.create_connection(('127.0.0.1', port), timeout=2)\n"
+    "        s.sendall(b'GET /readyz HTTP/1.0\\r\\n\\r\\n')\n        print('REPLY', s.recv(64))\n"
+    "    except OSError as e:\n        print(repr(e))",
     "kill": f"import os, signal\nfor p in ({victim.pid}, {os.getpid()}, os.getppid(), 1):\n"
     "    try: os.kill(p, signal.SIGKILL)\n    except Exception as e: print(repr(e))",
     "fork_bomb": "import os\nwhile True:\n    os.fork()",

@@ -71,7 +71,13 @@ def interpolate(value: Any, env: dict[str, str]) -> Any:
 
 
 # The secrets .env.example leaves for the user to set (the secrets-check service checks them).
-SECRETS = ("CORL_ADMIN_TOKEN", "CORL_COHORT_TOKEN", "CORL_REDIS_PASSWORD", "GRAFANA_ADMIN_PASSWORD")
+SECRETS = (
+    "CORL_ADMIN_TOKEN",
+    "CORL_COHORT_TOKEN",
+    "CORL_REDIS_PASSWORD",
+    "CORL_SANDBOX_TOKEN",
+    "GRAFANA_ADMIN_PASSWORD",
+)
 
 
 def user_env() -> dict[str, str]:
@@ -132,6 +138,10 @@ def option_value(argv: list[str], flag: str) -> str | None:
 
 # --- services ---------------------------------------------------------------------------------
 
+# Variables every corl process reads outside its settings class: the Redis password (corl.redis_auth)
+# and where programs run (corl.sandbox.remote).
+SHARED_ENV = ("CORL_REDIS_PASSWORD", "CORL_REDIS_PASSWORD_FILE", "CORL_SANDBOX_URL", "CORL_SANDBOX_TOKEN")
+
 
 @dataclass(frozen=True)
 class Role:
@@ -152,6 +162,7 @@ ROLES = {
         "evaluator", "corl.services.evaluator.settings", "EvaluatorSettings", "CORL_EVALUATOR_"
     ),
     ("train",): Role("trainer", "corl.trainer.settings", "TrainerSettings", "CORL_TRAINER_"),
+    ("serve", "sandbox"): Role("sandbox", "corl.services.sandbox.settings", "SandboxSettings", "CORL_SANDBOX_"),
 }
 
 
@@ -200,14 +211,12 @@ def env_names(cls: type[BaseSettings]) -> dict[str, str]:
 
 def unknown_env(cls: type[BaseSettings], env: dict[str, str]) -> list[str]:
     """CORL_* variables the settings class would silently ignore (a typo, or a setting that moved)."""
-    from corl.redis_auth import PASSWORD_ENV, PASSWORD_FILE_ENV
-
     names = env_names(cls)
     bad = []
     for var in env:
         if not var.startswith("CORL_"):
             continue
-        if var.upper() in names or var in (PASSWORD_ENV, PASSWORD_FILE_ENV):  # read by corl.redis_auth
+        if var.upper() in names or var in SHARED_ENV:
             continue
         nested = [n for n, f in names.items() if f.endswith(".") and var.upper().startswith(n)]
         if not nested:

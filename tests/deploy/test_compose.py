@@ -131,6 +131,24 @@ def test_default_profile_is_cpu() -> None:
     assert read_env_file(ENV_EXAMPLE)["COMPOSE_PROFILES"] == "cpu"
 
 
+def test_programs_run_only_in_the_sandbox_service_which_holds_nothing_and_reaches_nowhere() -> None:
+    sandbox = SERVICES["sandbox"]
+    assert service_argv(sandbox) == [["serve", "sandbox", "--host", "0.0.0.0", "--port", "8300"]]
+    assert set(sandbox["environment"]) == {"CORL_SANDBOX_TOKEN", "HEALTHCHECK_URL"}  # no other secret
+    assert "volumes" not in sandbox and "ports" not in sandbox
+    assert sandbox["networks"] == ["sandbox"] and COMPOSE["networks"]["sandbox"]["internal"] is True
+    assert sandbox["cap_drop"] == ["ALL"] and sandbox["read_only"] is True
+    clients = [n for n in SERVICES if n.startswith("model-")] + ["aggregator"]
+    for name in clients:  # whoever may have to run a program sends it there, over that network
+        env, nets = SERVICES[name]["environment"], SERVICES[name]["networks"]
+        assert env["CORL_SANDBOX_URL"] == "http://sandbox:8300", name
+        assert env["CORL_SANDBOX_TOKEN"] == sandbox["environment"]["CORL_SANDBOX_TOKEN"], name
+        assert "sandbox" in nets and "default" in nets, name
+    for name in SERVICES:  # and nobody else is on it
+        if name not in (*clients, "sandbox"):
+            assert "sandbox" not in (SERVICES[name].get("networks") or []), name
+
+
 def test_redis_persists_with_aof_on_a_named_volume_behind_a_password() -> None:
     redis = SERVICES["redis"]
     script = " ".join(redis["command"])
@@ -147,7 +165,7 @@ def test_cohort_init_runs_once_and_everything_waits_for_it() -> None:
     assert script.startswith("test -f /data/cohort/cohort.json ||"), "init must skip an existing cohort"
     assert service_argv(init) == [["cohort", "init", "--preset", "tiny", "--out", "/data/cohort"]]
     for name in CORL_SERVICES:
-        if name in ("cohort-init", "secrets-check"):
+        if name in ("cohort-init", "secrets-check", "sandbox"):  # the sandbox needs no cohort
             continue
         deps = SERVICES[name]["depends_on"]
         assert deps["cohort-init"]["condition"] == "service_completed_successfully", name

@@ -52,6 +52,7 @@ SERVICES = [
     *[f"trainer-{m}" for m in TRAINED],
     "aggregator",
     "evaluator",
+    "sandbox",
 ]
 IMAGE = os.environ.get("CORL_IMAGE", "corl:cpu")
 TIMINGS = ROOT / ".cache" / "compose_live" / "timings.json"
@@ -225,20 +226,25 @@ def _sandbox_probe(argv: list[str]) -> dict[str, Any]:
 
 
 @pytest.mark.security
-def test_the_sandbox_holds_or_refuses_inside_the_stack_and_under_a_seccomp_profile(stack: LiveStack) -> None:
-    """The attack suite's programs through corl's sandbox in a model server's container (its secrets in
-    the environment), and in the image under a seccomp profile that refuses user namespaces as Docker's
-    and Kubernetes' defaults do: contained, or refused with the fail-closed error; never escaped."""
-    inside = _sandbox_probe([stack.engine, "exec", "-i", stack.container_of(f"model-{MEMBERS[0]}"), "python", "-"])
-    print(f"[compose_live] sandbox in the stack: {inside}", flush=True)
-    assert inside.get("escaped") == [] or "refusing to run untrusted code" in inside.get("refused", ""), inside
+def test_the_sandbox_holds_in_the_stack_and_refuses_under_a_seccomp_profile(stack: LiveStack) -> None:
+    """The attack suite's programs through corl's sandbox: in the sandbox service's container (its own
+    jail, its token in the environment), from a model server's container (whose programs go to the
+    sandbox service: its secrets never reach them), and in the image under a seccomp profile that
+    refuses user namespaces as Docker's and Kubernetes' defaults do (refused, fail closed)."""
+    engine = stack.engine
+    jailed = _sandbox_probe([engine, "exec", "-i", stack.container_of("sandbox"), "python", "-"])
+    print(f"[compose_live] sandbox service's own jail: {jailed}", flush=True)
+    assert jailed.get("escaped") == [] and jailed["protections"]["isolation"].startswith("bwrap"), jailed
+    server = _sandbox_probe([engine, "exec", "-i", stack.container_of(f"model-{MEMBERS[0]}"), "python", "-"])
+    print(f"[compose_live] from a model server, through the sandbox service: {server}", flush=True)
+    assert server.get("escaped") == [], server
     profile = Path(__file__).parent / "seccomp-no-userns.json"
     seccomp = _sandbox_probe(
-        [stack.engine, "run", "--rm", "-i", "--security-opt", f"seccomp={profile}", "--entrypoint", "python",
+        [engine, "run", "--rm", "-i", "--security-opt", f"seccomp={profile}", "--entrypoint", "python",
          "-e", "CORL_ADMIN_TOKEN=canary-" + os.urandom(8).hex(), IMAGE, "-"]
     )  # fmt: skip
-    print(f"[compose_live] sandbox under the no-userns seccomp profile: {seccomp}", flush=True)
-    assert seccomp.get("escaped") == [] or "refusing to run untrusted code" in seccomp.get("refused", ""), seccomp
+    print(f"[compose_live] the image under the no-userns seccomp profile: {seccomp}", flush=True)
+    assert "refusing to run untrusted code" in seccomp.get("refused", "") or seccomp.get("escaped") == [], seccomp
 
 
 def test_placeholder_secrets_refuse_to_start(stack: LiveStack) -> None:

@@ -596,7 +596,10 @@ def test_network_policies_deny_by_default_and_allow_only_what_corl_needs(render:
     assert deny["policyTypes"] == ["Ingress", "Egress"] and "ingress" not in deny and "egress" not in deny
     assert "app.kubernetes.io/component" not in deny["podSelector"]["matchLabels"]  # every pod of the release
     servers = policies["model"]
-    assert servers["egress"] == []  # they run programs: nowhere to send anything
+    dns, sandbox = servers["egress"]  # the sandbox service alone (and its name), never anything else
+    assert "to" not in dns and {p["port"] for p in dns["ports"]} == {53} and _peers(sandbox) == {"sandbox"}
+    (rule,) = policies["sandbox"]["ingress"][:1]
+    assert _peers(rule) == {"model", "aggregator"} and policies["sandbox"]["egress"] == []  # where code runs
     (internal, metrics) = servers["ingress"]
     assert _peers(internal) == {"aggregator", "evaluator", "trainer"}
     assert metrics["from"] == [{"namespaceSelector": {}}]  # metricsFrom
@@ -607,11 +610,13 @@ def test_network_policies_deny_by_default_and_allow_only_what_corl_needs(render:
         assert _peers(rule) == {"aggregator", "evaluator", "trainer"} and policies["redis"]["egress"] == []
     for component in ("aggregator", "evaluator", "trainer"):
         targets = set().union(*(_peers(r) for r in policies[component]["egress"] if "to" in r))
-        assert targets == ({"model", "redis"} if redis_enabled else {"model"}), component
+        expected = {"model", "redis"} if redis_enabled else {"model"}
+        assert targets == expected | ({"sandbox"} if component == "aggregator" else set()), component
     opened = render({"networkPolicy": {"externalEgress": [{"ipBlock": {"cidr": "0.0.0.0/0"}}]}})
     spec = {p["metadata"]["name"]: p["spec"] for p in of(opened, "NetworkPolicy")}
     assert {"to": [{"ipBlock": {"cidr": "0.0.0.0/0"}}]} in spec["t-corl-aggregator"]["egress"]
-    assert spec["t-corl-model"]["egress"] == []  # never the servers
+    for never in ("t-corl-model", "t-corl-sandbox"):  # those that run or send programs: never outside
+        assert all("ipBlock" not in str(r) for r in spec[never]["egress"]), never
     assert not of(render({"networkPolicy": {"enabled": False}}), "NetworkPolicy")
 
 
@@ -635,12 +640,33 @@ def test_no_pod_gets_a_service_account_token_and_trainers_write_only_their_own_f
         assert all(m.get("readOnly") for m in containers(sts)[0]["volumeMounts"] if m["name"] == "data")
 
 
+def test_programs_run_only_in_the_sandbox_which_holds_nothing_but_its_token(render: Render) -> None:
+    objs = render(None)
+    (dep,) = of(objs, "Deployment", "sandbox")
+    spec = dep["spec"]["template"]["spec"]
+    (c,) = spec["containers"]
+    assert container_argv(c) == ["serve", "sandbox", "--host", "0.0.0.0", "--port", "8300"]
+    assert set(env_of(c)) == {"CORL_SANDBOX_TOKEN"}  # no other secret, no config
+    assert [m["mountPath"] for m in c["volumeMounts"]] == ["/tmp"] and c["securityContext"]["readOnlyRootFilesystem"]
+    assert spec["securityContext"]["seccompProfile"] == {"type": "Unconfined"}  # its jail's namespaces
+    url = "http://t-corl-sandbox:8300"
+    assert of(objs, "Service", "sandbox")[0]["metadata"]["name"] == "t-corl-sandbox"
+    for obj in of(objs, "StatefulSet", "model") + of(objs, "Deployment", "aggregator"):
+        env = env_of(containers(obj)[0])
+        assert env["CORL_SANDBOX_URL"] == url and env["CORL_SANDBOX_TOKEN"]["secretKeyRef"]["key"] == "sandbox-token"
+    gvisor = render({"sandbox": {"runtimeClassName": "gvisor"}})
+    assert of(gvisor, "Deployment", "sandbox")[0]["spec"]["template"]["spec"]["runtimeClassName"] == "gvisor"
+    off = render({"sandbox": {"enabled": False}})
+    assert not of(off, "Deployment", "sandbox")
+    assert all("CORL_SANDBOX_URL" not in env_of(containers(o)[0]) for o in of(off, "StatefulSet", "model"))
+
+
 def test_secrets_are_generated_kept_out_of_values_and_placeholders_refused(
     render: Render, helm: str, tmp_path: Path
 ) -> None:
     (secret,) = of(render(None), "Secret", "auth")
-    assert set(secret["data"]) == {"admin-token", "cohort-token", "redis-password"}
-    assert len(set(secret["data"].values())) == 3
+    assert set(secret["data"]) == {"admin-token", "cohort-token", "redis-password", "sandbox-token"}
+    assert len(set(secret["data"].values())) == 4
     for bad in ("change-me-to-a-long-random-string", "short"):
         vf = tmp_path / "bad.yaml"
         vf.write_text(yaml.safe_dump({"auth": {"cohortToken": bad}}))
@@ -723,5 +749,5 @@ def test_every_corl_env_var_is_a_setting_of_the_service(render: Render, case: st
             assert not bad, f"{obj['metadata']['name']}: {bad} are not settings of {role.settings_class}"
             checked += 1
     members = members_of(CASES[case])
-    # A server per member, a trainer per trained member, the aggregator and the evaluator.
-    assert checked == len(members) + sum(m.get("role", "trained") == "trained" for m in members) + 2
+    # A server per member, a trainer per trained member, the aggregator, the evaluator and the sandbox.
+    assert checked == len(members) + sum(m.get("role", "trained") == "trained" for m in members) + 3

@@ -49,6 +49,10 @@ app.kubernetes.io/part-of: corl
 {{- define "corl.evaluatorName" -}}
 {{- printf "%s-evaluator" (include "corl.fullname" .) -}}
 {{- end -}}
+{{- define "corl.sandboxName" -}}
+{{- printf "%s-sandbox" (include "corl.fullname" .) -}}
+{{- end -}}
+
 {{- define "corl.redisName" -}}
 {{- printf "%s-redis" (include "corl.fullname" .) -}}
 {{- end -}}
@@ -207,6 +211,19 @@ app.kubernetes.io/part-of: corl
     secretKeyRef:
       name: {{ include "corl.secretName" .root }}
       key: {{ .root.Values.auth.redisPasswordKey }}
+{{- end }}
+{{- end -}}
+
+{{/* Where programs run: the sandbox service and its token, for the servers and the aggregator. (dict "root" $) */}}
+{{- define "corl.sandboxClientEnv" -}}
+{{- if .root.Values.sandbox.enabled }}
+- name: CORL_SANDBOX_URL
+  value: {{ printf "http://%s:%d" (include "corl.sandboxName" .root) (int .root.Values.sandbox.port) | quote }}
+- name: CORL_SANDBOX_TOKEN
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "corl.secretName" .root }}
+      key: {{ .root.Values.auth.sandboxTokenKey }}
 {{- end }}
 {{- end -}}
 

@@ -69,9 +69,9 @@ class SafeReader(FileSystemReader):
         rank = kwargs.get("rank")
         with self.fs.create_stream(self._get_metadata_path(rank), "rb") as stream:
             index = read_index(stream)
-        if getattr(index, "storage_meta", None) is None:
-            index.storage_meta = StorageMeta()
-        index.storage_meta.load_id = self.load_id
+        meta = getattr(index, "storage_meta", None) or StorageMeta()
+        meta.load_id = self.load_id
+        index.storage_meta = meta
         return index
 
 

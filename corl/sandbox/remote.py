@@ -29,8 +29,8 @@ def remote_url() -> str | None:
     return url.rstrip("/") or None
 
 
-def run_remote(url: str, code: str, limits: object) -> tuple[str, int | None, str, str, float]:
-    """(status, returncode, stdout, stderr, seconds) of ``code`` run by the service at ``url``."""
+def run_remote(url: str, code: str, limits: object) -> RunProgramResponse:
+    """How ``code`` ended, run by the service at ``url``."""
     fields = {k: v for k, v in asdict(limits).items() if k in ProgramLimits.model_fields}  # type: ignore[call-overload]
     body = RunProgramRequest(source=code, limits=ProgramLimits(**fields)).model_dump(mode="json")
     token = os.environ.get(SANDBOX_TOKEN_ENV)
@@ -52,5 +52,4 @@ def run_remote(url: str, code: str, limits: object) -> tuple[str, int | None, st
         raise SandboxUnavailable(
             f"the sandbox service at {url} refused the program: {reply.status_code} {reply.text[:300]}"
         )
-    res = RunProgramResponse.model_validate_json(reply.content)
-    return res.status, res.returncode, res.stdout, res.stderr, res.seconds
+    return RunProgramResponse.model_validate_json(reply.content)

@@ -9,6 +9,7 @@ egress, the only place code runs. Every ``run_python`` then goes there; the resu
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import asdict
 
@@ -21,6 +22,12 @@ from .jail import SandboxUnavailable
 
 SANDBOX_URL_ENV = "CORL_SANDBOX_URL"
 SANDBOX_TOKEN_ENV = "CORL_SANDBOX_TOKEN"
+
+
+@functools.lru_cache(maxsize=4)
+def _client(url: str) -> httpx.Client:
+    """One pooled client per service for the life of the process (threads share it: httpx is thread-safe)."""
+    return httpx.Client(base_url=url, timeout=httpx.Timeout(60.0, connect=5.0))
 
 
 def remote_url() -> str | None:
@@ -45,7 +52,7 @@ def run_remote(url: str, code: str, limits: object) -> RunProgramResponse:
             reraise=True,
         ):
             with attempt:
-                reply = httpx.post(f"{url}/v1/run", json=body, headers=headers, timeout=timeout)
+                reply = _client(url).post("/v1/run", json=body, headers=headers, timeout=timeout)
     except httpx.TransportError as err:
         raise SandboxUnavailable(f"the sandbox service at {url} cannot be reached: {err}") from err
     if reply.status_code != 200:

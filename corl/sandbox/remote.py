@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import functools
 import os
-from dataclasses import asdict
+from collections.abc import Mapping
+from typing import Any
 
 import httpx
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
@@ -36,9 +37,10 @@ def remote_url() -> str | None:
     return url.rstrip("/") or None
 
 
-def run_remote(url: str, code: str, limits: object) -> RunProgramResponse:
-    """How ``code`` ended, run by the service at ``url``."""
-    fields = {k: v for k, v in asdict(limits).items() if k in ProgramLimits.model_fields}  # type: ignore[call-overload]
+def run_remote(url: str, code: str, limits: Mapping[str, Any]) -> RunProgramResponse:
+    """How ``code`` ended, run by the service at ``url`` under ``limits`` (a ``Limits`` as a dict: the
+    service runs programs as its own unprivileged user, so ``uid`` does not travel)."""
+    fields = {k: v for k, v in limits.items() if k in ProgramLimits.model_fields}
     body = RunProgramRequest(source=code, limits=ProgramLimits(**fields)).model_dump(mode="json")
     token = os.environ.get(SANDBOX_TOKEN_ENV)
     headers = {"Authorization": f"Bearer {token}"} if token else {}

@@ -21,7 +21,7 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Literal
 
@@ -93,7 +93,7 @@ def run_python(code: str, limits: Limits | None = None) -> SandboxResult:
     lim = limits or Limits()
     url = remote_url()
     if url is not None:  # a sandbox service runs every program (a host that refuses the jail)
-        res = run_remote(url, code, lim)
+        res = run_remote(url, code, asdict(lim))
         return SandboxResult(res.status, res.returncode, res.stdout, res.stderr, res.seconds)
     return run_here(code, lim)
 

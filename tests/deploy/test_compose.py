@@ -138,6 +138,9 @@ def test_programs_run_only_in_the_sandbox_service_which_holds_nothing_and_reache
     assert "volumes" not in sandbox and "ports" not in sandbox
     assert sandbox["networks"] == ["sandbox"] and COMPOSE["networks"]["sandbox"]["internal"] is True
     assert sandbox["cap_drop"] == ["ALL"] and sandbox["read_only"] is True
+    # Its jail's user namespaces and own /proc, for this container alone (measured live: compose_live).
+    assert {"seccomp=unconfined", "systempaths=unconfined"} <= set(sandbox["security_opt"])
+    assert all("security_opt" not in svc for name, svc in SERVICES.items() if name != "sandbox")
     clients = [n for n in SERVICES if n.startswith("model-")] + ["aggregator"]
     for name in clients:  # whoever may have to run a program sends it there, over that network
         env, nets = SERVICES[name]["environment"], SERVICES[name]["networks"]

@@ -649,6 +649,7 @@ def test_programs_run_only_in_the_sandbox_which_holds_nothing_but_its_token(rend
     assert set(env_of(c)) == {"CORL_SANDBOX_TOKEN"}  # no other secret, no config
     assert [m["mountPath"] for m in c["volumeMounts"]] == ["/tmp"] and c["securityContext"]["readOnlyRootFilesystem"]
     assert spec["securityContext"]["seccompProfile"] == {"type": "Unconfined"}  # its jail's namespaces
+    assert c["securityContext"]["procMount"] == "Unmasked" and spec["hostUsers"] is False  # its jail's /proc
     url = "http://t-corl-sandbox:8300"
     assert of(objs, "Service", "sandbox")[0]["metadata"]["name"] == "t-corl-sandbox"
     for obj in of(objs, "StatefulSet", "model") + of(objs, "Deployment", "aggregator"):

@@ -31,6 +31,7 @@ pytestmark = pytest.mark.vllm
 TRANSFORMERS_SPECIFIC = {
     "test_concurrent_requests_are_batched",
     "test_judge_grade_is_normalised_verdict_probability",
+    "test_a_judge_computes_the_next_token_logits_only",  # the transformers forward (vLLM: next-token logprobs)
     "test_info_health_ready_metrics",
 }
 for _module in (contract, hotswap):

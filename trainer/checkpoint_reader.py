@@ -21,17 +21,26 @@ from torch.distributed.checkpoint.metadata import Metadata, StorageMeta
 from torch.distributed.checkpoint.planner import ReadItem
 
 _CHECKPOINT_MODULES = ("torch.distributed.checkpoint.metadata", "torch.distributed.checkpoint.filesystem")
-_ALLOWED = {
-    ("torch", "Size"),
-    ("torch.serialization", "_get_layout"),  # layouts are pickled as a call with the name ("torch.strided")
-    ("pathlib", "PosixPath"),
-    ("pathlib", "PurePosixPath"),
-    ("collections", "OrderedDict"),
-}
 
 
 class UnsafeCheckpoint(pickle.UnpicklingError):
     """The checkpoint's index asks for something a checkpoint index never holds."""
+
+
+def _layout(name: str) -> torch.layout:
+    value = getattr(torch, name.removeprefix("torch."), None)
+    if not isinstance(value, torch.layout):
+        raise UnsafeCheckpoint(f"the checkpoint index names an unknown layout {name!r}")
+    return value
+
+
+_ALLOWED: dict[tuple[str, str], Any] = {
+    ("torch", "Size"): torch.Size,
+    ("torch.serialization", "_get_layout"): _layout,  # layouts are pickled as a call with the name ("torch.strided")
+    ("pathlib", "PosixPath"): pathlib.PosixPath,
+    ("pathlib", "PurePosixPath"): pathlib.PurePosixPath,
+    ("collections", "OrderedDict"): collections.OrderedDict,
+}
 
 
 class _IndexUnpickler(pickle.Unpickler):
@@ -41,18 +50,10 @@ class _IndexUnpickler(pickle.Unpickler):
             if isinstance(obj, type):  # the library's data classes and enums, never a function
                 return obj
         elif (module, name) in _ALLOWED:
-            return {"Size": torch.Size, "_get_layout": _layout, "PosixPath": pathlib.PosixPath,
-                    "PurePosixPath": pathlib.PurePosixPath, "OrderedDict": collections.OrderedDict}[name]  # fmt: skip
+            return _ALLOWED[(module, name)]
         elif module == "torch" and isinstance(getattr(torch, name, None), torch.dtype):
             return getattr(torch, name)
         raise UnsafeCheckpoint(f"the checkpoint index refers to {module}.{name}: refused (not a checkpoint type)")
-
-
-def _layout(name: str) -> torch.layout:
-    value = getattr(torch, name.removeprefix("torch."), None)
-    if not isinstance(value, torch.layout):
-        raise UnsafeCheckpoint(f"the checkpoint index names an unknown layout {name!r}")
-    return value
 
 
 def read_index(stream: Any) -> Metadata:

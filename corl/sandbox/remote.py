@@ -46,11 +46,11 @@ def run_remote(url: str, code: str, limits: Mapping[str, Any]) -> RunProgramResp
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     timeout = httpx.Timeout(float(fields.get("timeout_s", 10.0)) + 30.0, connect=5.0)
     try:
-        # A program is a pure function of its source: sending it again after a lost connection is safe.
+        # Sent again only when it never reached the service (a read timeout means it may have run).
         for attempt in Retrying(
             stop=stop_after_attempt(3),
             wait=wait_exponential(multiplier=0.5, max=4),
-            retry=retry_if_exception_type(httpx.TransportError),
+            retry=retry_if_exception_type((httpx.ConnectError, httpx.ConnectTimeout)),
             reraise=True,
         ):
             with attempt:

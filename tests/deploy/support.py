@@ -16,6 +16,9 @@ import pytest
 import yaml
 from pydantic_settings import BaseSettings
 
+from corl import redis_auth
+from corl.sandbox import remote
+
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "helm" / "corl"
 COMPOSE_FILE = ROOT / "docker-compose.yml"
@@ -140,7 +143,7 @@ def option_value(argv: list[str], flag: str) -> str | None:
 
 # Variables every corl process reads outside its settings class: the Redis password (corl.redis_auth)
 # and where programs run (corl.sandbox.remote).
-SHARED_ENV = ("CORL_REDIS_PASSWORD", "CORL_REDIS_PASSWORD_FILE", "CORL_SANDBOX_URL", "CORL_SANDBOX_TOKEN")
+SHARED_ENV = (redis_auth.PASSWORD_ENV, redis_auth.PASSWORD_FILE_ENV, remote.SANDBOX_URL_ENV, remote.SANDBOX_TOKEN_ENV)
 
 
 @dataclass(frozen=True)

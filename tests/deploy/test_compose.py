@@ -141,7 +141,7 @@ def test_programs_run_only_in_the_sandbox_service_which_holds_nothing_and_reache
     # Its jail's user namespaces and own /proc, for this container alone (measured live: compose_live).
     assert {"seccomp=unconfined", "systempaths=unconfined"} <= set(sandbox["security_opt"])
     assert all("security_opt" not in svc for name, svc in SERVICES.items() if name != "sandbox")
-    clients = [n for n in SERVICES if n.startswith("model-")] + ["aggregator"]
+    clients = [n for n in SERVICES if n.startswith("model-")] + ["aggregator", "evaluator"]
     for name in clients:  # whoever may have to run a program sends it there, over that network
         env, nets = SERVICES[name]["environment"], SERVICES[name]["networks"]
         assert env["CORL_SANDBOX_URL"] == "http://sandbox:8300", name

@@ -599,7 +599,7 @@ def test_network_policies_deny_by_default_and_allow_only_what_corl_needs(render:
     dns, sandbox = servers["egress"]  # the sandbox service alone (and its name), never anything else
     assert "to" not in dns and {p["port"] for p in dns["ports"]} == {53} and _peers(sandbox) == {"sandbox"}
     (rule,) = policies["sandbox"]["ingress"][:1]
-    assert _peers(rule) == {"model", "aggregator"} and policies["sandbox"]["egress"] == []  # where code runs
+    assert _peers(rule) == {"model", "aggregator", "evaluator"} and policies["sandbox"]["egress"] == []
     (internal, metrics) = servers["ingress"]
     assert _peers(internal) == {"aggregator", "evaluator", "trainer"}
     assert metrics["from"] == [{"namespaceSelector": {}}]  # metricsFrom
@@ -611,7 +611,7 @@ def test_network_policies_deny_by_default_and_allow_only_what_corl_needs(render:
     for component in ("aggregator", "evaluator", "trainer"):
         targets = set().union(*(_peers(r) for r in policies[component]["egress"] if "to" in r))
         expected = {"model", "redis"} if redis_enabled else {"model"}
-        assert targets == expected | ({"sandbox"} if component == "aggregator" else set()), component
+        assert targets == expected | ({"sandbox"} if component != "trainer" else set()), component
     opened = render({"networkPolicy": {"externalEgress": [{"ipBlock": {"cidr": "0.0.0.0/0"}}]}})
     spec = {p["metadata"]["name"]: p["spec"] for p in of(opened, "NetworkPolicy")}
     assert {"to": [{"ipBlock": {"cidr": "0.0.0.0/0"}}]} in spec["t-corl-aggregator"]["egress"]
@@ -652,7 +652,10 @@ def test_programs_run_only_in_the_sandbox_which_holds_nothing_but_its_token(rend
     assert c["securityContext"]["procMount"] == "Unmasked" and spec["hostUsers"] is False  # its jail's /proc
     url = "http://t-corl-sandbox:8300"
     assert of(objs, "Service", "sandbox")[0]["metadata"]["name"] == "t-corl-sandbox"
-    for obj in of(objs, "StatefulSet", "model") + of(objs, "Deployment", "aggregator"):
+    clients = (
+        of(objs, "StatefulSet", "model") + of(objs, "Deployment", "aggregator") + of(objs, "Deployment", "evaluator")
+    )
+    for obj in clients:
         env = env_of(containers(obj)[0])
         assert env["CORL_SANDBOX_URL"] == url and env["CORL_SANDBOX_TOKEN"]["secretKeyRef"]["key"] == "sandbox-token"
     gvisor = render({"sandbox": {"runtimeClassName": "gvisor"}})

@@ -76,7 +76,7 @@ def test_corl_secrets_check_exits_1_naming_each_weak_one(monkeypatch: pytest.Mon
     result = CliRunner().invoke(app, ["secrets", "check", "A_TOKEN", "B_TOKEN", "C_TOKEN"])
     assert result.exit_code == 1
     assert "A_TOKEN: a placeholder" in result.output and "C_TOKEN: unset" in result.output
-    assert "B_TOKEN" not in result.output.replace("A_TOKEN", "")
+    assert "B_TOKEN" not in result.output
     assert CliRunner().invoke(app, ["secrets", "check", "B_TOKEN"]).exit_code == 0
     made = CliRunner().invoke(app, ["secrets", "new"]).output.strip()
     assert weak_secret(made) is None

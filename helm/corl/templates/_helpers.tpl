@@ -214,7 +214,7 @@ app.kubernetes.io/part-of: corl
 {{- end }}
 {{- end -}}
 
-{{/* Where programs run: the sandbox service and its token, for the servers and the aggregator. (dict "root" $) */}}
+{{/* Where programs run: the sandbox service and its token, for the servers, the aggregator and the evaluator. (dict "root" $) */}}
 {{- define "corl.sandboxClientEnv" -}}
 {{- if .root.Values.sandbox.enabled }}
 - name: CORL_SANDBOX_URL

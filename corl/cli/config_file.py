@@ -7,14 +7,12 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
-from corl.config import CohortConfig, ConfigError, load_config
+from corl.config import CohortConfig, ConfigError, TrackerUnavailable, load_config
 
 
 def service_config(path: Path) -> CohortConfig:
     """The cohort config a service (``corl serve aggregator|evaluator``) starts from, its trackers checked
     usable (library installed, server or key set); a bad one is an error of ``--config``."""
-    from corl.config_tracking import TrackerUnavailable
-
     try:
         cfg = load_config(path)
         cfg.tracking.check_usable()

@@ -47,7 +47,7 @@ def run(
     """Start a real Redis, a model server per member, the aggregator and a trainer per trained member."""
     from rich.console import Console
 
-    from corl.config_tracking import TrackerUnavailable
+    from corl.config import TrackerUnavailable
     from corl.embedded.config import DEFAULT_COHORT_DIR, PLANNED_REDIS_URL, embedded_config
     from corl.embedded.processes import ChildDied, RestartPolicy, exit_on_sigterm
     from corl.embedded.resume import ResumeRefused, check_resumable, stored_config

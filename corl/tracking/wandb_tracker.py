@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from corl.config_tracking import WandbConfig
+from corl.config import WandbConfig
 
 from .identity import SharedRun
 from .records import Record

@@ -20,8 +20,7 @@ import pytest
 import redis
 from test_trainer_helpers import make_batches, make_config, xadd
 
-from corl.config import CohortConfig, parse_config
-from corl.config_tracking import TrackingConfig
+from corl.config import CohortConfig, TrackingConfig, parse_config
 from corl.redis_server import free_port
 from corl.services.aggregator import AggregatorSettings, create_app
 from corl.services.aggregator.testing import FakeCohort

@@ -12,8 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from corl.config import ConfigError, load_config, parse_config
-from corl.config_tracking import TrackerUnavailable, TrackingConfig
+from corl.config import ConfigError, TrackerUnavailable, TrackingConfig, load_config, parse_config
 from corl.proto import MemberRoundStats, RoundStats
 from corl.services.aggregator.stats import round_records
 from corl.tracking import Record

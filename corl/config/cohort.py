@@ -15,16 +15,16 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 
 from corl.proto import SamplingSettings
 
-from .config_base import Name, _Section
-from .config_endpoint import EndpointConfig as EndpointConfig  # outside OpenAI-compatible members
-from .config_reward import JudgeConfig as JudgeConfig  # the reward section, re-exported
-from .config_reward import ReliabilityConfig as ReliabilityConfig
-from .config_reward import RewardConfig
-from .config_reward import VoteConfig as VoteConfig
-from .config_sandbox import SandboxConfig
-from .config_scale import DistributedConfig as DistributedConfig  # members larger than one device
-from .config_scale import MemberVllm
-from .config_tracking import TrackingConfig
+from .base import Name, _Section
+from .endpoint import EndpointConfig as EndpointConfig  # outside OpenAI-compatible members
+from .reward import JudgeConfig as JudgeConfig  # the reward section, re-exported
+from .reward import ReliabilityConfig as ReliabilityConfig
+from .reward import RewardConfig
+from .reward import VoteConfig as VoteConfig
+from .sandbox import SandboxConfig
+from .scale import DistributedConfig as DistributedConfig  # members larger than one device
+from .scale import MemberVllm
+from .tracking import TrackingConfig
 
 
 class MemberConfig(_Section):

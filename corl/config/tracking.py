@@ -16,7 +16,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from .config_base import _Section
+from .base import _Section
 
 TrackerName = Literal["tensorboard", "wandb", "mlflow"]
 

@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from .config_base import _Section
+from .base import _Section
 
 
 class DistributedConfig(_Section):

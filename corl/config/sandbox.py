@@ -6,7 +6,7 @@ from pydantic import Field
 
 from corl.sandbox.jail import ALLOW_INSECURE_ENV
 
-from .config_base import _Section
+from .base import _Section
 
 
 class SandboxConfig(_Section):

@@ -8,7 +8,7 @@ from pydantic import Field, model_validator
 
 from corl.proto import RewardModeName
 
-from .config_base import _Section
+from .base import _Section
 
 
 class JudgeConfig(_Section):

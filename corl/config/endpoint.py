@@ -10,7 +10,7 @@ from pydantic import Field, SecretStr, field_validator
 
 from corl.proto import EndpointApi
 
-from .config_base import _Section
+from .base import _Section
 
 
 class EndpointConfig(_Section):

@@ -39,7 +39,7 @@ from .grading import (
 )
 from .heldout import HeldoutAccuracy, HeldoutReadings
 from .info import HealthResponse, InfoResponse, ReadyResponse
-from .modes import RewardModeName
+from .modes import VOTE_READING_MODES, RewardModeName
 from .openai import (
     ChatCompletion,
     ChatCompletionChunk,
@@ -91,6 +91,7 @@ __all__ = [
     "PromptResult",
     "ReadyResponse",
     "RewardModeName",
+    "VOTE_READING_MODES",
     "Sample",
     "SamplingSettings",
     "WeightFormat",

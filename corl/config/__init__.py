@@ -2,28 +2,22 @@
 
 Tokens never live in the file; they come from the environment (``CORL_ADMIN_TOKEN``).
 Relative paths are resolved against the file's directory. ``load_config`` reports every wrong
-field at once.
+field at once. One module per section; this package imports nothing from the services or the
+reward functions (the reward modes it names come from ``corl.proto``).
 """
 
 from .base import Name
-from .cohort import (
-    CohortConfig,
-    ConfigError,
-    LoraConfig,
-    MemberConfig,
-    PromptSource,
-    RoundsConfig,
-    TaskConfig,
-    TrainingConfig,
-    dump_config,
-    load_config,
-    parse_config,
-)
+from .cohort import CohortConfig
 from .endpoint import EndpointConfig
+from .loader import ConfigError, dump_config, load_config, parse_config
+from .members import MemberConfig
 from .reward import JudgeConfig, ReliabilityConfig, RewardConfig, VoteConfig
+from .rounds import PromptSource, RoundsConfig
 from .sandbox import SandboxConfig
 from .scale import DistributedConfig, MemberVllm
+from .task import TaskConfig
 from .tracking import MlflowConfig, TrackerUnavailable, TrackingConfig, WandbConfig
+from .training import LoraConfig, TrainingConfig
 
 __all__ = [
     "CohortConfig",

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from corl.proto import RewardModeName
+from corl.proto import VOTE_READING_MODES, RewardModeName
 
 from .base import _Section
 
@@ -63,9 +63,7 @@ class RewardConfig(_Section):
     collapse_fraction: float = Field(default=0.5, gt=0.0, le=1.0)
 
     def reads_votes(self) -> bool:
-        from corl.rewards.modes import REWARD_MODES
-
-        return REWARD_MODES[self.mode].votes
+        return self.mode in VOTE_READING_MODES
 
     def vote_samples(self) -> int:
         """Vote-only samples a round draws per prompt and member: none for a mode that reads no votes

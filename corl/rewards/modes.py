@@ -2,7 +2,7 @@
 
 Config validation (``corl.proto.RewardModeName``), the aggregator (``grade_round``), the docs and
 the invariant tests all read this table; adding a mode is one entry here and its name in
-``proto/modes.py`` (checked equal at import).
+``proto/modes.py`` (checked equal at import, as is ``VOTE_READING_MODES``, what the config asks).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal, get_args
 
-from corl.proto import RewardModeName
+from corl.proto import VOTE_READING_MODES, RewardModeName
 
 from .controls import format_rewards, random_rewards
 from .inputs import Answers, RewardInputs, RewardOutcome
@@ -131,6 +131,8 @@ PEER_VOTE_MODES: tuple[str, ...] = tuple(m.name for m in _MODES if m.peer and no
 
 if set(REWARD_MODES) != set(get_args(RewardModeName)):
     raise ImportError(f"reward modes {sorted(REWARD_MODES)} differ from the contract's {get_args(RewardModeName)}")
+if {m.name for m in _MODES if m.votes} != VOTE_READING_MODES:
+    raise ImportError(f"the modes that read votes differ from the contract's {sorted(VOTE_READING_MODES)}")
 
 
 def markdown_table() -> str:

@@ -19,7 +19,6 @@ import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -30,30 +29,10 @@ START_S = 60.0  # a worker's start (imports sympy and math-verify)
 WORKERS = 2
 
 
-def _serve(fd: int) -> None:
-    """A worker's loop (``python -c``: a plain child, not multiprocessing's, which would re-import the
-    parent's ``__main__``, a CLI)."""
-    from . import math as task_math  # imported here: the worker's own copy does the symbolic work
-
-    conn = Connection(fd)
-    calls: dict[str, Callable[..., Any]] = {"read": task_math.read_value, "verify": task_math.verify_value}
-    task_math.verify_value("1/2", task_math.read_value("\\frac{1}{2}", True))  # first parses build grammars
-    conn.send("ready")
-    while True:
-        try:
-            name, args = conn.recv()
-        except EOFError:
-            return
-        try:
-            conn.send(("ok", calls[name](*args)))
-        except Exception as err:  # a hostile text may raise anything: it is no answer, not a crash
-            conn.send(("error", repr(err)[:200]))
-
-
 class _Worker:
     def __init__(self) -> None:
         ours, theirs = socket.socketpair()
-        code = "import sys; from corl.tasks.bounded import _serve; _serve(int(sys.argv[1]))"
+        code = "import sys; from corl.tasks.answer_worker import serve; serve(int(sys.argv[1]))"
         self.proc = subprocess.Popen(  # noqa: S603 (a fixed command line)
             [sys.executable, "-c", code, str(theirs.fileno())],
             pass_fds=(theirs.fileno(),),

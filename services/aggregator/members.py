@@ -1,8 +1,9 @@
 """Calls to cohort members through the one shared HTTP client: one interface for both kinds of member.
 
 A member corl serves is reached at its model servers' ``/v1/generate`` and ``/v1/grade``; an outside
-endpoint member through its ``EndpointClient`` (``endpoints/``), which answers in the same shapes, so
-the round driver, the judging fan-out and the reward server never ask which kind a member is.
+endpoint member through its ``EndpointClient`` (``endpoints/``, an ``OutsideMember``), which answers in
+the same shapes, so the round driver, the judging fan-out and the reward server never ask which kind a
+member is.
 
 For model servers (and push graders): generation and grading are idempotent (no server-side effect),
 so transport errors (connect failures, dropped connections; not read timeouts, which would only
@@ -17,7 +18,6 @@ import itertools
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import httpx
 from pydantic import ValidationError
@@ -27,19 +27,13 @@ from corl.config import MemberConfig
 from corl.proto import GenerateRequest, GenerateResponse, GradeRequest, GradeResponse, InfoResponse
 from corl.services.http import bearer_headers
 
+from .member_contract import MemberError, OutsideMember
 from .settings import HttpSettings
-
-if TYPE_CHECKING:
-    from .endpoints import EndpointClient
 
 log = logging.getLogger(__name__)
 
 _RETRY_STATUS = frozenset({502, 503, 504})
 _JSON = {"content-type": "application/json"}
-
-
-class MemberError(Exception):
-    """A member's server could not produce a usable answer (after retries)."""
 
 
 def _retryable(exc: BaseException) -> bool:
@@ -64,7 +58,7 @@ class MemberClient:
         http: httpx.AsyncClient,
         settings: HttpSettings,
         request_timeout_s: float,
-        endpoints: Mapping[str, EndpointClient] | None = None,
+        endpoints: Mapping[str, OutsideMember] | None = None,
         cohort_token: str | None = None,
     ):
         self.http = http
@@ -74,7 +68,7 @@ class MemberClient:
         self.endpoints = dict(endpoints or {})
         self._next_replica: dict[str, itertools.count[int]] = {}
 
-    def _endpoint(self, member: MemberConfig) -> EndpointClient | None:
+    def _endpoint(self, member: MemberConfig) -> OutsideMember | None:
         if member.endpoint is None:
             return None
         try:

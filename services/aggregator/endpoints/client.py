@@ -28,7 +28,7 @@ from corl.config import CohortConfig, MemberConfig
 from corl.proto import EndpointStats, GenerateRequest, GenerateResponse, GradeRequest, PromptResult, Sample, Usage
 from corl.tasks import get_task
 
-from ..members import MemberError
+from ..member_contract import MemberError
 from ..metrics import AggregatorMetrics
 from ..settings import HttpSettings
 from .bodies import judge_body, sample_body

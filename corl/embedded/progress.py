@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from rich.table import Table
+
+from corl.proto import RoundStats
 
 
 @dataclass
@@ -106,3 +109,35 @@ def render(snap: RunSnapshot, target_rounds: int | None) -> Table:
             "COLLAPSE" if m.collapse_alarm else "",
         )
     return table
+
+
+class RoundLog:
+    """Append-only JSONL of every committed round's statistics (``RoundStats``), one line a round, in
+    round order: what the snapshots (the latest round every few seconds) skip, kept for analysis."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.next_round = self._next_round()
+
+    def _next_round(self) -> int:
+        """The round after the last one written; a last line cut short (a kill) is removed first."""
+        if not self.path.exists():
+            return 0
+        data = self.path.read_bytes()
+        complete = data[: data.rfind(b"\n") + 1]
+        if complete != data:
+            with self.path.open("r+b") as f:
+                f.truncate(len(complete))
+        rounds = [json.loads(line)["round"] for line in complete.splitlines() if line.strip()]
+        return max(rounds, default=-1) + 1
+
+    def extend(self, rounds: Sequence[RoundStats]) -> None:
+        """Append the rounds not written yet (a resumed run sends some again)."""
+        new = [r for r in rounds if r.round >= self.next_round]
+        if not new:
+            return
+        with self.path.open("a") as f:
+            for r in sorted(new, key=lambda r: r.round):
+                f.write(r.model_dump_json() + "\n")
+        self.next_round = max(r.round for r in new) + 1

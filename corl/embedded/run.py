@@ -21,7 +21,7 @@ from rich.live import Live
 from corl import redis_keys
 from corl.config import CohortConfig, dump_config
 from corl.heldout import HeldoutReader, client_timeout, is_due, tracking_record, write_reading
-from corl.proto import HeldoutAccuracy, MemberRoundStats, RunStats
+from corl.proto import HeldoutAccuracy, MemberRoundStats, RoundStats, RunStats
 from corl.redis_auth import redis_auth
 from corl.redis_server import LocalRedis, free_port
 from corl.services.http import bearer_headers
@@ -30,7 +30,7 @@ from corl.streams import group_backlog
 from corl.tracking import Outcome, Tracking, build_tracking
 
 from .processes import ChildDied, ProcessGroup, RestartPolicy, corl_command, trainer_group_command
-from .progress import MemberSnapshot, MetricsHistory, RunSnapshot, render, summary_line
+from .progress import MemberSnapshot, MetricsHistory, RoundLog, RunSnapshot, render, summary_line
 from .resume import CONFIG_FILE, resume_line, resume_point, wait_batches_applied
 
 log = logging.getLogger(__name__)
@@ -151,6 +151,9 @@ def start_services(
     return agg_url
 
 
+ROUNDS_READ = 32  # rounds each stats poll reads back: more than a poll interval ever commits
+
+
 class RunMonitor:
     """Polls the services for a snapshot; reads held-out accuracy through the servers when due
     (``corl.heldout``, the evaluator service's rule and reader)."""
@@ -169,6 +172,7 @@ class RunMonitor:
         self.reader = HeldoutReader(cfg, self.http, opts.eval_prompts)
         self.redis = redis.Redis.from_url(cfg.redis_url, **redis_auth(), socket_timeout=5.0)
         self.last: dict[str, MemberSnapshot] = {m.name: MemberSnapshot() for m in cfg.members}
+        self.rounds: list[RoundStats] = []  # the newest rounds the aggregator reported
         self.t0 = time.monotonic()
 
     def close(self) -> None:
@@ -254,10 +258,12 @@ class RunMonitor:
 
     def _stats(self) -> RunStats | None:
         try:
-            r = self.http.get(f"{self.agg_url}/v1/runs/{self.cfg.run_id}/stats", params={"last": 1})
-            return RunStats.model_validate_json(r.content) if r.status_code == 200 else None
+            r = self.http.get(f"{self.agg_url}/v1/runs/{self.cfg.run_id}/stats", params={"last": ROUNDS_READ})
+            stats = RunStats.model_validate_json(r.content) if r.status_code == 200 else None
         except (httpx.HTTPError, ValueError):
             return None
+        self.rounds = stats.rounds if stats else []
+        return stats
 
 
 def _drained(snap: RunSnapshot, cfg: CohortConfig, target: int | None) -> bool:
@@ -286,6 +292,7 @@ def run_embedded(cfg: CohortConfig, run_dir: Path, opts: RunOptions, console: Co
         restart=opts.restart,
     )
     history = MetricsHistory(run_dir / "metrics.jsonl")
+    round_log = RoundLog(run_dir / "rounds.jsonl")
     resumed = history.last() if opts.resume else None  # None: no snapshot yet, the start reading is due
     monitor: RunMonitor | None = None
     tracking = build_tracking(cfg, "supervisor", ends_run=True)  # held-out readings as they come
@@ -328,6 +335,7 @@ def run_embedded(cfg: CohortConfig, run_dir: Path, opts: RunOptions, console: Co
                 group.check()
                 snap = monitor.snapshot()
                 history.append(snap)
+                round_log.extend(monitor.rounds)
                 live.update(render(snap, opts.rounds))
                 if not live_view and snap.rounds > printed:
                     printed = snap.rounds

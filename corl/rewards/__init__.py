@@ -11,7 +11,6 @@
 """
 
 from corl.rewards.diagnostics import (
-    CollapseDetector,
     agreement_matrix,
     answer_stats,
     cohort_diversity,
@@ -42,7 +41,6 @@ __all__ = [
     "PEER_VOTE_MODES",
     "REWARD_MODES",
     "Answers",
-    "CollapseDetector",
     "GraderReliability",
     "MemberOutcome",
     "RewardInputs",

@@ -10,8 +10,6 @@ import logging
 import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any
 
 logger = logging.getLogger(__name__)
 
@@ -30,7 +28,7 @@ def diversity(samples_by_prompt: Sequence[Sequence[str | None]]) -> tuple[float,
     """A member's round diversity: (mean distinct valid answers per sample, mean entropy in nats).
 
     The first number is the *distinct-answer rate* ``distinct / G`` averaged over prompts, the
-    input of ``CollapseDetector.update``.
+    collapse guard's ``distinct_rate`` signal (``corl.rewards.guard``).
     """
     rates, entropies = [], []
     for samples in samples_by_prompt:
@@ -143,64 +141,3 @@ def collapse_round(series: Sequence[tuple[int, float]], drop: float = 0.05, pati
     if start is None or len(points) - start < patience:
         return None
     return points[start][0]
-
-
-@dataclass
-class CollapseDetector:
-    """Alarm when a member's distinct-answer rate falls below ``collapse_fraction`` of its start.
-
-    The start is the mean of the member's first ``warmup_rounds`` observations; no alarm is raised
-    before it is known. A warning is logged when a member enters the alarm state.
-    """
-
-    collapse_fraction: float = 0.5
-    warmup_rounds: int = 1
-    start: dict[str, float] = field(default_factory=dict)
-    alarmed: set[str] = field(default_factory=set)
-    _warmup: dict[str, list[float]] = field(default_factory=dict)
-
-    def update(self, member: str, distinct_rate: float) -> bool:
-        if member not in self.start:
-            seen = self._warmup.setdefault(member, [])
-            seen.append(float(distinct_rate))
-            if len(seen) >= self.warmup_rounds:
-                self.start[member] = sum(seen) / len(seen)
-                del self._warmup[member]
-            return False
-        alarm = distinct_rate < self.collapse_fraction * self.start[member]
-        if alarm and member not in self.alarmed:
-            logger.warning(
-                "collapse alarm for member %s: distinct-answer rate %.3f < %.2f x start %.3f",
-                member,
-                distinct_rate,
-                self.collapse_fraction,
-                self.start[member],
-            )
-        if alarm:
-            self.alarmed.add(member)
-        else:
-            self.alarmed.discard(member)
-        return alarm
-
-    def snapshot(self) -> dict[str, Any]:
-        return {
-            "collapse_fraction": self.collapse_fraction,
-            "warmup_rounds": self.warmup_rounds,
-            "start": dict(self.start),
-            "alarmed": sorted(self.alarmed),
-            "warmup": {m: list(v) for m, v in self._warmup.items()},
-        }
-
-    @classmethod
-    def from_snapshot(cls, data: Mapping[str, Any]) -> CollapseDetector:
-        return cls(
-            collapse_fraction=float(data.get("collapse_fraction", 0.5)),
-            warmup_rounds=int(data.get("warmup_rounds", 1)),
-        ).restore(data)
-
-    def restore(self, data: Mapping[str, Any]) -> CollapseDetector:
-        """Take the learnt baselines and alarms (not the configuration) of a ``snapshot``; returns self."""
-        self.start = {k: float(v) for k, v in data.get("start", {}).items()}
-        self.alarmed = set(data.get("alarmed", []))
-        self._warmup = {k: [float(x) for x in v] for k, v in data.get("warmup", {}).items()}
-        return self

@@ -25,6 +25,7 @@ from .diagnostics import (
     majority_ratio,
     reward_accuracy,
 )
+from .guard import echo_share
 from .inputs import Answers, RewardInputs
 from .modes import REWARD_MODES, RewardMode
 from .reliability import grade_agreements, peer_vote_agreements, vote_grounded_agreements
@@ -46,6 +47,8 @@ class MemberOutcome:
     majority_ratio: float  # share of G samples giving the plurality answer
     weights: list[float]  # advantage weight per prompt (1.0 unless the mode weighs prompts)
     label_share: float | None = None  # share of the other members' labels equal to this member's pseudo-label
+    echo_share: float = 0.0  # share of valid answers copied from the prompt (a collapse signal)
+    formatted_share: float = 1.0  # share of samples in the asked form (a collapse signal)
 
 
 @dataclass(frozen=True)
@@ -104,6 +107,11 @@ def member_diagnostics(
     return diag, rate / n_prompts
 
 
+def _share(flags: Sequence[Sequence[bool]]) -> float:
+    n = sum(len(row) for row in flags)
+    return sum(map(sum, flags)) / n if n else 1.0
+
+
 def grade_round(
     responses: Mapping[str, GenerateResponse],
     task: Task,
@@ -133,6 +141,7 @@ def grade_round(
     present = list(responses)
     answers = answers if answers is not None else extract_answers(responses, task)
     ballots = extract_answers({m: votes[m] for m in present}, task) if votes is not None else None
+    formatted = formatted_flags(responses, task)
     if mode.judged and grades is None:
         raise ValueError(f"{mode.name} needs the round's judge grades")
     out = mode.fn(
@@ -149,7 +158,7 @@ def grade_round(
             grades=grades,
             judge_combine=reward.judge.combine,
             judge_trim=reward.judge.trim,
-            formatted=formatted_flags(responses, task) if mode.formats else None,
+            formatted=formatted if mode.formats else None,
             seed=seed,
             p=reward.p,
         )
@@ -173,6 +182,8 @@ def grade_round(
             majority_ratio=majority_ratio(answers[m]),
             weights=out.weights[m] if out.weights is not None else [1.0] * len(answers[m]),
             label_share=shares[m],
+            echo_share=echo_share([pr.prompt for pr in responses[m].results], answers[m]),
+            formatted_share=_share(formatted[m]),
         )
     rel = reward.reliability
     if mode.judged and rel.grounding == "votes":

@@ -33,7 +33,7 @@ class AggregatorMetrics:
         self.label_accuracy = m.gauge(
             "pseudo_label_accuracy", "Pseudo-label accuracy vs dataset answers (diagnostic).", "member"
         )
-        self.collapse = m.gauge("collapse_alarm", "1 while a member's collapse alarm is raised.", "member")
+        self.collapse = m.gauge("collapse_alarm", "1 once a member's collapse guard has tripped.", "member")
         self.cohort_diversity = m.gauge(
             "cohort_diversity_ratio", "Distinct pseudo-labels across members per prompt / members (1: all differ)."
         )

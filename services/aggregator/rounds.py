@@ -210,7 +210,8 @@ class RoundDriver:
 
         outcome = await self._grade(r, ok, examples, votes)
         alarms = self.state.observe(outcome)
-        targets = [name for name in open_ if name in ok]
+        held = self.state.held()
+        targets = [name for name in open_ if name in ok and name not in held]
         now = time.time()
         batches = {
             name: graded_batch_json(

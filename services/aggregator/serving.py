@@ -109,7 +109,7 @@ class AggregatorServing:
             self.driver.round_state.next_round,
             rounds,
             self.state.reliability,
-            self.state.collapse.alarmed,
+            self.state.collapse.tripped,
             {name: c.stats() for name, c in self.endpoints.items()},
             {m.name: heldout[m.name] for m in self.cfg.served_members() if m.name in heldout},
         )

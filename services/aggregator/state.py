@@ -1,4 +1,4 @@
-"""What the aggregator learns as the run goes: grader reliabilities and the collapse baselines.
+"""What the aggregator learns as the run goes: grader reliabilities and the collapse guard's state.
 
 One object, owned by the serving layer and handed to the round driver and the grading pool when
 they are built. It is made durable with each round's commit (``snapshot``) and taken back on start
@@ -11,13 +11,25 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from corl.config import RewardConfig
-from corl.rewards import CollapseDetector, GraderReliability, RoundOutcome
+from corl.rewards import GraderReliability, RoundOutcome
+from corl.rewards.guard import CollapseGuard, GuardBounds, GuardSignals
 
 
 class LearntState:
     def __init__(self, reward: RewardConfig, members: Iterable[str]) -> None:
         self.reliability = GraderReliability.from_config(reward.reliability)
-        self.collapse = CollapseDetector(reward.collapse_fraction)
+        g = reward.guard
+        self.hold = g.action == "hold"
+        self.collapse = CollapseGuard(
+            GuardBounds(
+                warmup_rounds=g.warmup_rounds,
+                window=g.window,
+                patience=g.patience,
+                distinct_fraction=g.distinct_fraction,
+                echo_rise=g.echo_rise,
+                formatted_drop=g.formatted_drop,
+            )
+        )
         self._members = list(members)
         self._register_members()
 
@@ -37,9 +49,16 @@ class LearntState:
         return {"reliability": self.reliability.snapshot(), "collapse": self.collapse.snapshot()}
 
     def observe(self, outcome: RoundOutcome) -> dict[str, bool]:
-        """Learn from one graded round; returns each member's collapse alarm."""
+        """Learn from one graded round; returns whether each member's collapse guard has tripped."""
         self.reliability.observe_batch(outcome.grader_agreements)
-        return {m: self.collapse.update(m, o.distinct_rate) for m, o in outcome.members.items()}
+        return {
+            m: self.collapse.update(m, GuardSignals(o.distinct_rate, o.echo_share, o.formatted_share))
+            for m, o in outcome.members.items()
+        }
+
+    def held(self) -> set[str]:
+        """Members whose trainers get no more batches (the guard tripped, with ``action: hold``)."""
+        return set(self.collapse.tripped) if self.hold else set()
 
     def weights(self) -> dict[str, float]:
         """Effective grader weights (quarantined graders count 0)."""

@@ -23,6 +23,8 @@ def round_stats(
             reward_accuracy=o.reward_accuracy,
             majority_ratio=o.majority_ratio,
             label_share=o.label_share,
+            echo_share=o.echo_share,
+            formatted_share=o.formatted_share,
             batch_written=name in written,
         )
         for name, o in outcome.members.items()

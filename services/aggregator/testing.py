@@ -3,8 +3,8 @@
 and OpenAI-compatible outside endpoints (``FakeEndpoint``) addressed as ``http://<name>.endpoint/v1``.
 
 Each fake member answers the addition task correctly with probability ``accuracy`` (else a random
-number or junk), and always correctly at temperature 0 (its greedy answer is right); members can be
-down (connection refused), flaky (503 every other call) or slow.
+number or junk), and always correctly at temperature 0 (its greedy answer is right), or, collapsed,
+echoes the prompt's last operand; members can be down (connection refused), flaky (503 every other call) or slow.
 A fake endpoint can demand a key, refuse or ignore ``n``, leave out logprobs, and play a script of
 failures (statuses with headers, read timeouts, unreadable bodies, short answers) before answering.
 """
@@ -41,6 +41,7 @@ class FakeMember:
     weight_version: int = 0
     judge: str = "honest"  # honest | noisy (honest with probability judge_accuracy, else random) | always_one | random
     judge_accuracy: float = 0.6
+    echo: bool = False  # answers the prompt's last operand (a copy of the question, never the sum)
     calls: int = 0
     grade_calls: int = 0
     generated: list[tuple[float, int]] = field(default_factory=list)  # (temperature, n) of each generate call
@@ -124,7 +125,9 @@ class FakeCohort:
             truth = _sum(prompt)
             samples = []
             for _ in range(req.n):
-                if truth is not None and (req.temperature == 0.0 or rng.random() < m.accuracy):
+                if m.echo:
+                    text = prompt.rstrip("=").rsplit("+", 1)[-1]
+                elif truth is not None and (req.temperature == 0.0 or rng.random() < m.accuracy):
                     text = str(truth)
                 else:
                     text = str(rng.randrange(0, 199)) if rng.random() < 0.9 else "x?"

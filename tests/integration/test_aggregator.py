@@ -282,17 +282,24 @@ async def test_every_vote_mode_produces_batches(redis_url: str, mode: str) -> No
     assert read_batches(redis_url, cfg, "a")[0].reward_mode == mode
 
 
-async def test_collapse_alarm_when_a_member_stops_disagreeing_with_itself(redis_url: str) -> None:
-    cfg = make_config(["a", "b"], samples_per_prompt=8, reward={"mode": "peer_label", "collapse_fraction": 0.5})
-    cohort = FakeCohort.of("a", "b", accuracy=0.1)
+@pytest.mark.parametrize("action", ["alarm", "hold"])
+async def test_the_collapse_guard_trips_on_a_member_that_copies_the_question(redis_url: str, action: str) -> None:
+    """A member that starts answering with the prompt's own operand trips the guard (its echo share
+    rises); with ``hold`` its trainer gets no more batches while the others train on."""
+    guard = {"action": action, "warmup_rounds": 1, "window": 1, "patience": 1}
+    cfg = make_config(["a", "b"], samples_per_prompt=8, reward={"mode": "peer_label", "guard": guard})
+    cohort = FakeCohort.of("a", "b", accuracy=0.6)
     async with aggregator(cfg, cohort, redis_url) as (svc, client):
-        await svc.driver.run_round()  # diverse start
-        cohort.members["a"].accuracy = 1.0  # "a" now always gives the same answer
-        await svc.driver.run_round()
+        await svc.driver.run_round()  # the start
+        cohort.members["a"].echo = True
+        written = (await svc.driver.run_round()).written
         stats = RunStats.model_validate_json((await client.get(f"/v1/runs/{cfg.run_id}/stats")).content)
         metrics = (await client.get("/metrics")).text
     assert stats.collapse == ["a"]
-    assert stats.rounds[1].members["a"].distinct_answers == 1.0
+    assert stats.rounds[1].members["a"].echo_share == 1.0
+    assert stats.rounds[0].members["a"].echo_share < 0.2
+    assert written == (["b"] if action == "hold" else ["a", "b"])
+    assert stats.rounds[1].members["a"].batch_written is (action == "alarm")
     assert 'corl_aggregator_collapse_alarm{member="a"} 1.0' in metrics
     assert 'corl_aggregator_collapse_alarm{member="b"} 0.0' in metrics
 

@@ -66,41 +66,6 @@ def test_label_accuracy(labels: list[str | None], truth: list[str | None], expec
     assert got == (None if expected is None else pytest.approx(expected))
 
 
-def test_collapse_alarm_fires_below_fraction_of_start(caplog: pytest.LogCaptureFixture) -> None:
-    det = d.CollapseDetector(collapse_fraction=0.5)
-    assert det.update("a", 0.8) is False  # sets the start
-    assert det.update("a", 0.5) is False
-    with caplog.at_level(logging.WARNING, logger="corl.rewards.diagnostics"):
-        assert det.update("a", 0.3) is True
-        assert det.update("a", 0.2) is True
-    alarms = [r for r in caplog.records if "collapse alarm for member a" in r.getMessage()]
-    assert len(alarms) == 1  # logged once on entering the alarm, not every round
-    assert det.alarmed == {"a"}
-    assert det.update("a", 0.7) is False  # recovered
-    assert det.alarmed == set()
-    assert det.update("b", 0.1) is False  # b has its own start
-
-
-def test_collapse_start_is_mean_of_warmup_rounds() -> None:
-    det = d.CollapseDetector(collapse_fraction=0.5, warmup_rounds=3)
-    for rate in (1.0, 0.6, 0.8):
-        assert det.update("a", rate) is False
-    assert det.start["a"] == pytest.approx(0.8)
-    assert det.update("a", 0.41) is False
-    assert det.update("a", 0.39) is True
-
-
-def test_collapse_detector_snapshot_round_trip() -> None:
-    det = d.CollapseDetector(collapse_fraction=0.4, warmup_rounds=2)
-    det.update("a", 1.0)
-    det.update("b", 1.0)
-    det.update("b", 0.5)
-    det.update("b", 0.1)
-    restored = d.CollapseDetector.from_snapshot(json.loads(json.dumps(det.snapshot())))
-    assert restored.snapshot() == det.snapshot()
-    assert restored.update("a", 1.0) is False and restored.start["a"] == 1.0
-
-
 def test_reward_accuracy_counts_rewards_that_say_what_the_data_set_says() -> None:
     answers = [["1", "2", None], ["5", "5", "5"], ["7", "8", "9"]]
     rewards = [[1.0, 0.0, 0.0], [0.0, 0.0, 0.0], [1.0, 1.0, 1.0]]

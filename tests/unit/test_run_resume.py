@@ -12,8 +12,9 @@ from typer.testing import CliRunner
 from corl.cli import app
 from corl.config import CohortConfig, dump_config, parse_config
 from corl.embedded import processes
-from corl.embedded.progress import MemberSnapshot, MetricsHistory, RunSnapshot
+from corl.embedded.progress import MemberSnapshot, MetricsHistory, RoundLog, RunSnapshot
 from corl.embedded.resume import ResumeRefused, check_resumable, config_changes
+from corl.proto import RoundStats
 
 MEMBERS = [{"name": n, "model": f"/m/{n}", "servers": ["http://127.0.0.1:1"]} for n in ("a", "b")]
 
@@ -91,6 +92,20 @@ def test_the_history_goes_on_from_its_last_complete_snapshot(tmp_path: Path) -> 
     history.append(RunSnapshot(elapsed_s=20.0, rounds=4))
     rows = [json.loads(line) for line in history.path.read_text().splitlines()]  # every line whole again
     assert [r["rounds"] for r in rows] == [3, 4]
+
+
+def test_the_round_log_keeps_every_round_once_across_a_resume(tmp_path: Path) -> None:
+    def stats(r: int) -> RoundStats:
+        return RoundStats(round=r, created_at=float(r), members={}, missing=[], agreement={}, cohort_diversity=0.0)
+
+    log = RoundLog(tmp_path / "rounds.jsonl")
+    log.extend([stats(0), stats(1)])
+    log.extend([stats(1), stats(2)])  # the next poll reads round 1 again
+    with log.path.open("a") as f:
+        f.write('{"round": 3, "crea')  # the line a kill -9 cut short
+    resumed = RoundLog(log.path)
+    resumed.extend([stats(2), stats(3)])
+    assert [json.loads(line)["round"] for line in log.path.read_text().splitlines()] == [0, 1, 2, 3]
 
 
 def test_a_snapshot_row_from_another_version_still_restores() -> None:

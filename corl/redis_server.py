@@ -22,6 +22,8 @@ from types import TracebackType
 
 import redis
 
+from corl.embedded.processes import terminate
+
 log = logging.getLogger(__name__)
 
 
@@ -138,13 +140,8 @@ class LocalRedis:
             self._proc.wait()
 
     def close(self) -> None:
-        if self._proc and self._proc.poll() is None:
-            self._proc.terminate()
-            try:
-                self._proc.wait(5)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait()
+        if self._proc:
+            terminate(self._proc, 5)
         if self._tmp is not None:
             self._tmp.cleanup()
 

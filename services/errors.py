@@ -10,13 +10,32 @@ from typing import ClassVar
 
 from corl.proto import ErrorType
 
+# The error type each HTTP status answers with (the one table: errors raised here and errors the framework
+# raises, a 404 of an unknown route or a 405, share it); any other status is "internal".
+STATUS_TYPES: dict[int, ErrorType] = {
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    409: "conflict",
+    413: "payload_too_large",
+    422: "invalid_request",
+    429: "rate_limited",
+    503: "unavailable",
+}
+
 
 class ServiceError(Exception):
-    """A request that cannot be served; ``field`` names the request field at fault, when there is one."""
+    """A request that cannot be served; ``field`` names the request field at fault, when there is one.
+    A subclass sets its ``status``; its error ``type`` follows from ``STATUS_TYPES``."""
 
     status: ClassVar[int] = 500
     type: ClassVar[ErrorType] = "internal"
     default_field: ClassVar[str | None] = None
+
+    def __init_subclass__(cls) -> None:
+        super().__init_subclass__()
+        cls.type = STATUS_TYPES.get(cls.status, "internal")
 
     def __init__(self, message: str, field: str | None = None) -> None:
         super().__init__(message)
@@ -27,35 +46,35 @@ class ServiceError(Exception):
 class InvalidInputError(ServiceError):
     """A field is out of bounds or unusable (422)."""
 
-    status, type = 422, "invalid_request"
+    status = 422
 
 
 class UnauthorizedError(ServiceError):
     """No token, or a wrong one (401)."""
 
-    status, type = 401, "unauthorized"
+    status = 401
 
 
 class ForbiddenError(ServiceError):
     """Authenticated, but not allowed (403)."""
 
-    status, type = 403, "forbidden"
+    status = 403
 
 
 class NotFoundError(ServiceError):
-    status, type = 404, "not_found"
+    status = 404
 
 
 class ConflictError(ServiceError):
     """A stale or duplicate version, a name taken, a source that does not take posts (409)."""
 
-    status, type = 409, "conflict"
+    status = 409
 
 
 class RateLimitedError(ServiceError):
     """Too many requests (429); ``retry_after_s``, when known, becomes the ``Retry-After`` header."""
 
-    status, type = 429, "rate_limited"
+    status = 429
 
     def __init__(self, message: str, retry_after_s: int | None = None) -> None:
         super().__init__(message)
@@ -65,4 +84,4 @@ class RateLimitedError(ServiceError):
 class UnavailableError(ServiceError):
     """Not ready, timed out, or an engine failed: the server's problem, not the caller's (503)."""
 
-    status, type = 503, "unavailable"
+    status = 503

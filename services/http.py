@@ -9,7 +9,8 @@ import hmac
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Annotated, Any
+from dataclasses import dataclass
+from typing import Annotated, Any, Protocol
 
 from fastapi import APIRouter, Depends, FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
@@ -23,21 +24,9 @@ from corl.prometheus import MetricSet
 from corl.proto import ErrorDetail, ErrorResponse, ErrorType, HealthResponse
 from corl.sandbox import SandboxUnavailable
 
-from .errors import ServiceError, UnauthorizedError
+from .errors import STATUS_TYPES, ServiceError, UnauthorizedError
 
 log = logging.getLogger(__name__)
-
-STATUS_TYPES: dict[int, ErrorType] = {
-    401: "unauthorized",
-    403: "forbidden",
-    404: "not_found",
-    405: "method_not_allowed",
-    409: "conflict",
-    413: "payload_too_large",
-    422: "invalid_request",
-    429: "rate_limited",
-    503: "unavailable",
-}
 
 
 def error_response(
@@ -329,17 +318,30 @@ class RequestMetricsMiddleware:
                 self.metrics.auth_failures.labels(labels[0]).inc()
 
 
+class EdgeLimits(Protocol):
+    """A service's bounds at the edge (its settings, or ``EdgeBounds``)."""
+
+    @property
+    def max_body_bytes(self) -> int: ...
+
+    @property
+    def max_client_concurrency(self) -> int: ...
+
+
+@dataclass(frozen=True)
+class EdgeBounds:
+    """Edge bounds of a service whose settings do not carry them."""
+
+    max_body_bytes: int
+    max_client_concurrency: int = MAX_CLIENT_CONCURRENCY
+
+
 def install_edge(
-    app: FastAPI,
-    *,
-    metrics: HttpMetrics,
-    max_body_bytes: int,
-    max_client_concurrency: int = MAX_CLIENT_CONCURRENCY,
-    path_limits: Mapping[str, int] | None = None,
+    app: FastAPI, *, metrics: HttpMetrics, limits: EdgeLimits, path_limits: Mapping[str, int] | None = None
 ) -> None:
     """Error handlers, the body limit (``path_limits``: exact paths with their own bound), the
     per-client concurrency limit and request metrics, in that order of wrapping."""
     install_error_handlers(app)
-    app.add_middleware(BodyLimitMiddleware, max_bytes=max_body_bytes, path_limits=path_limits)
-    app.add_middleware(ClientConcurrencyMiddleware, max_in_flight=max_client_concurrency)
+    app.add_middleware(BodyLimitMiddleware, max_bytes=limits.max_body_bytes, path_limits=path_limits)
+    app.add_middleware(ClientConcurrencyMiddleware, max_in_flight=limits.max_client_concurrency)
     app.add_middleware(RequestMetricsMiddleware, metrics=metrics)

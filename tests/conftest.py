@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -137,6 +138,20 @@ def server_settings(tiny_model_dir: Path) -> Any:
         request_timeout_s=30.0,
         batch=BatchingSettings(window_ms=10.0),
     )
+
+
+@pytest.fixture
+def loopback_listener() -> Iterator[socket.socket]:
+    """A TCP socket listening on 127.0.0.1 (its port: ``getsockname()[1]``) that a sandboxed program
+    must never reach; ``accept`` times out after 0.2 s. Closed after the test."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(4)
+    server.settimeout(0.2)
+    try:
+        yield server
+    finally:
+        server.close()
 
 
 @pytest.fixture

@@ -1,13 +1,14 @@
 """Held-out evaluation of a member: greedy, sampled and majority@k accuracy plus answer diversity.
 
 Model work goes through ``corl.models.sampling.sample``; the arithmetic lives in
-``corl.cohort.metrics``. The warm-up's band check and ``corl eval`` share ``greedy_answers``, so
-a member's greedy accuracy in the manifest is the one ``corl eval`` reports.
+``corl.cohort.metrics``. The warm-up's band check and ``corl eval`` read answers through one
+``MemberReader``, so a member's greedy accuracy in the manifest is the one ``corl eval`` reports.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,44 @@ def _chunks(items: Sequence[Any], size: int) -> list[Sequence[Any]]:
     return [items[i : i + size] for i in range(0, len(items), size)]
 
 
+@dataclass(frozen=True)
+class MemberReader:
+    """A loaded member answering a task's prompts: its model and tokenizer, tokens per answer, stop
+    strings, and how a task prompt becomes its input text (``render``: its chat template, a BOS prefix)."""
+
+    model: PreTrainedModel
+    tokenizer: PreTrainedTokenizerBase
+    task: Task
+    max_tokens: int = 4
+    stop: Sequence[str] = ()
+    render: Callable[[str], str] | None = None
+
+    def answers(
+        self, prompts: Sequence[str], *, n: int = 1, temperature: float = 0.0, seed: int | None = None, batch: int = 64
+    ) -> list[list[str | None]]:
+        """``n`` canonical answers to each prompt (``batch`` prompts per sampling call; the ``i``-th call
+        seeded ``seed + i``; temperature 0 is greedy)."""
+        answers: list[list[str | None]] = []
+        for i, chunk in enumerate(_chunks(prompts, batch)):
+            out = sample(
+                self.model,
+                self.tokenizer,
+                self.inputs(chunk),
+                n=n,
+                max_tokens=self.max_tokens,
+                temperature=temperature,
+                stop=self.stop,
+                seed=None if seed is None else seed + i,
+            )
+            for prompt, completions in zip(chunk, out, strict=True):
+                answers.append([self.task.extract_answer(prompt, c.text) for c in completions.completions])
+        return answers
+
+    def inputs(self, prompts: Sequence[str]) -> list[str]:
+        """The member's input text for each task prompt."""
+        return [self.render(p) for p in prompts] if self.render else list(prompts)
+
+
 def greedy_answers(
     model: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,
@@ -35,12 +74,8 @@ def greedy_answers(
     stop: Sequence[str] = (),
 ) -> list[str | None]:
     """Canonical greedy answer to each prompt (``render``: the member's input text for a task prompt)."""
-    answers: list[str | None] = []
-    for chunk in _chunks(prompts, batch_size):
-        inputs = [render(p) for p in chunk] if render else list(chunk)
-        out = sample(model, tokenizer, inputs, n=1, max_tokens=max_tokens, temperature=0.0, stop=stop)
-        answers += [task.extract_answer(p, c.completions[0].text) for p, c in zip(chunk, out, strict=True)]
-    return answers
+    reader = MemberReader(model, tokenizer, task, max_tokens, stop, render)
+    return [greedy for (greedy,) in reader.answers(prompts, batch=batch_size)]
 
 
 def greedy_accuracy(
@@ -56,37 +91,14 @@ def greedy_accuracy(
 
 
 def evaluate_model(
-    model: PreTrainedModel,
-    tokenizer: PreTrainedTokenizerBase,
-    task: Task,
-    examples: Sequence[Example],
-    *,
-    n_samples: int = 8,
-    temperature: float = 1.0,
-    max_tokens: int = 4,
-    seed: int = 0,
-    batch_size: int = 64,
-    render: Callable[[str], str] | None = None,
-    stop: Sequence[str] = (),
+    reader: MemberReader, examples: Sequence[Example], *, n_samples: int = 8, temperature: float = 1.0, seed: int = 0
 ) -> dict[str, float]:
-    """Metrics of a loaded model on labelled examples (prompts per sampling batch: ``batch_size``);
-    ``render`` turns a task prompt into the model's input (its chat template, a BOS prefix)."""
+    """Metrics of a loaded member on labelled examples: its greedy answers (256 prompts per call) and
+    ``n_samples`` sampled answers to each at ``temperature`` (64 prompts per call)."""
     prompts = [e.prompt for e in examples]
     truth = [e.answer for e in examples]
-    greedy = greedy_answers(model, tokenizer, task, prompts, max_tokens=max_tokens, render=render, stop=stop)
-    sampled: list[list[str | None]] = []
-    for i, chunk in enumerate(_chunks(prompts, batch_size)):
-        out = sample(
-            model,
-            tokenizer,
-            [render(p) for p in chunk] if render else list(chunk),
-            n=n_samples,
-            max_tokens=max_tokens,
-            temperature=temperature,
-            stop=stop,
-            seed=seed + i,
-        )
-        sampled += [[task.extract_answer(p, c.text) for c in pc.completions] for p, pc in zip(chunk, out, strict=True)]
+    greedy = [answer for (answer,) in reader.answers(prompts, batch=256)]
+    sampled = reader.answers(prompts, n=n_samples, temperature=temperature, seed=seed)
     flat = [a for group in sampled for a in group]
     return {
         "n_prompts": float(len(examples)),
@@ -123,14 +135,7 @@ def evaluate_member(
         examples = examples[:n_prompts]
     model, tokenizer = load_member(model_dir, device=device)
     renderer, fmt = PromptRenderer(tokenizer), task.prompt_format
-    return evaluate_model(
-        model,
-        tokenizer,
-        task,
-        examples,
-        n_samples=n_samples,
-        max_tokens=max_tokens or task.max_tokens,
-        seed=seed,
-        render=lambda p: renderer.render(p, fmt),
-        stop=task.stop,
+    reader = MemberReader(
+        model, tokenizer, task, max_tokens or task.max_tokens, task.stop, render=lambda p: renderer.render(p, fmt)
     )
+    return evaluate_model(reader, examples, n_samples=n_samples, seed=seed)

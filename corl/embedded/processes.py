@@ -152,6 +152,19 @@ class ProcessGroup:
         return [c.proc.pid for c in self.children if c.proc]
 
 
+def terminate(proc: subprocess.Popen[bytes], timeout_s: float) -> None:
+    """Stop one child that is still running: SIGTERM, then SIGKILL once ``timeout_s`` has passed; reaped
+    either way."""
+    if proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 def _signal(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:
     try:
         os.killpg(proc.pid, sig)

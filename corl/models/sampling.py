@@ -127,14 +127,11 @@ def sample(
     attention_mask = enc["attention_mask"].to(device)
     eos = end_token_ids(model, tokenizer)
     cache = DynamicCache(config=model.config)
+    how = _Decoding(n, max_tokens, temperature, top_p, stop, eos, on_step)
     if all(isinstance(layer, DynamicLayer) for layer in cache.layers):
-        rows = _decode(
-            model, tokenizer, input_ids, attention_mask, cache, n, max_tokens, temperature, top_p, stop, eos, on_step
-        )
+        rows = _decode(model, tokenizer, input_ids, attention_mask, cache, how)
     else:
-        rows = _generate(
-            model, tokenizer, input_ids, attention_mask, n, max_tokens, temperature, top_p, stop, eos, on_step
-        )
+        rows = _generate(model, tokenizer, input_ids, attention_mask, how)
 
     results: list[PromptCompletions] = []
     for p in range(len(prompts)):
@@ -156,6 +153,28 @@ def sample(
 
 
 _Rows = list[tuple[list[int], list[float]]]  # per completion row: sampled token ids, their log-probs
+
+
+@dataclass(frozen=True)
+class _Decoding:
+    """What one ``sample`` call asks of either decoder: ``n`` rows per prompt of at most ``max_tokens``,
+    drawn at ``temperature`` and ``top_p`` (0: greedy), each ending at an ``eos`` id or a ``stop`` string."""
+
+    n: int
+    max_tokens: int
+    temperature: float
+    top_p: float
+    stop: Sequence[str]
+    eos: list[int]
+    on_step: StepSink | None
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+    def sampling(self) -> _Sampling | None:
+        """The logits processor of the sampling distribution (None: greedy takes the raw argmax)."""
+        return None if self.greedy else _Sampling(self.temperature, self.top_p)
 
 
 def _forward(model: PreTrainedModel, ids: torch.Tensor, mask: torch.Tensor, cache: DynamicCache) -> torch.Tensor:
@@ -180,28 +199,22 @@ def _decode(
     input_ids: torch.Tensor,
     mask: torch.Tensor,
     cache: DynamicCache,
-    n: int,
-    max_tokens: int,
-    temperature: float,
-    top_p: float,
-    stop: Sequence[str],
-    eos: list[int],
-    on_step: StepSink | None = None,
+    how: _Decoding,
 ) -> _Rows:
-    greedy = temperature == 0.0
-    shape = None if greedy else _Sampling(temperature, top_p)
+    n, stop = how.n, how.stop
+    shape = how.sampling()
     logits = _forward(model, input_ids, mask, cache)  # one prefill per prompt, then n rows each
     if n > 1:
         cache.batch_repeat_interleave(n)
         logits, mask = logits.repeat_interleave(n, 0), mask.repeat_interleave(n, 0)
     rows: _Rows = [([], []) for _ in range(logits.shape[0])]
     live = list(range(len(rows)))  # rows still decoding, in batch order
-    end_ids = torch.tensor(eos, device=logits.device)
+    end_ids = torch.tensor(how.eos, device=logits.device)
     window = _stop_window(stop)
-    for step in range(max_tokens):
+    for step in range(how.max_tokens):
         scores = logits.float() if shape is None else shape(None, logits.float())  # type: ignore[arg-type]
         logp = scores.log_softmax(-1)
-        tokens = scores.argmax(-1) if greedy else torch.multinomial(logp.exp(), 1).squeeze(-1)
+        tokens = scores.argmax(-1) if how.greedy else torch.multinomial(logp.exp(), 1).squeeze(-1)
         token_logps = logp.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
         ended = torch.isin(tokens, end_ids).tolist()
         sampled = list(zip(live, tokens.tolist(), token_logps.tolist(), strict=True))
@@ -211,10 +224,10 @@ def _decode(
             lps.append(lp)
             if stop and not ended[j]:
                 ended[j] = _ends_in_stop(tokenizer, ids, stop, window)
-        if on_step is not None:
-            on_step(sampled)
+        if how.on_step is not None:
+            how.on_step(sampled)
         keep = [j for j, e in enumerate(ended) if not e]
-        if not keep or step == max_tokens - 1:
+        if not keep or step == how.max_tokens - 1:
             break
         if len(keep) < len(live):  # ended rows leave the batch (and the cache)
             index = torch.tensor(keep, device=logits.device)
@@ -231,24 +244,20 @@ def _generate(
     tokenizer: PreTrainedTokenizerBase,
     input_ids: torch.Tensor,
     attention_mask: torch.Tensor,
-    n: int,
-    max_tokens: int,
-    temperature: float,
-    top_p: float,
-    stop: Sequence[str],
-    eos: list[int],
-    on_step: StepSink | None = None,
+    how: _Decoding,
 ) -> _Rows:
     """``model.generate`` with this module's sampling distribution and log-prob recording; rows run
     to the longest (ended rows are padded, and trimmed by the caller)."""
-    greedy = temperature == 0.0
-    live = None if on_step is None else _LiveRows(on_step, tokenizer, stop, eos, input_ids.shape[0] * n)
+    greedy, stop, eos = how.greedy, how.stop, how.eos
+    rows = input_ids.shape[0] * how.n
+    live = None if how.on_step is None else _LiveRows(how.on_step, tokenizer, stop, eos, rows)
     recorder = _TokenLogProbs(live)
-    processors = [] if greedy else [_Sampling(temperature, top_p)]
+    shape = how.sampling()
+    processors = [] if shape is None else [shape]
     gen_kwargs: dict = dict(
-        max_new_tokens=max_tokens,
+        max_new_tokens=how.max_tokens,
         do_sample=not greedy,
-        num_return_sequences=n,
+        num_return_sequences=how.n,
         logits_processor=LogitsProcessorList([*processors, recorder]),
         return_dict_in_generate=True,
         pad_token_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos[0],

@@ -9,11 +9,11 @@ from typing import Any, ClassVar
 
 from corl.proto import PromptFormat
 
-from .base import Example, OneByOne, Splits, record_fields
+from .base import Example, OneByOne, Splits, Verdicts, record_fields
 
 
 @dataclass(frozen=True)
-class AdditionTask(OneByOne):
+class AdditionTask(OneByOne, Verdicts):
     name: str = "addition"
     generates: ClassVar[bool] = True  # has its own problem generator (splits)
     runs_code: ClassVar[bool] = False
@@ -66,7 +66,3 @@ class AdditionTask(OneByOne):
 
     def judge_prompt(self, prompt: str, response: str) -> str:
         return f"{prompt}{response}?"
-
-    @property
-    def verdict_tokens(self) -> tuple[str, str]:
-        return self.correct_token, self.incorrect_token

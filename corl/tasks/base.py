@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 from corl.proto import PromptFormat
 
@@ -98,6 +98,31 @@ def record_fields(record: Mapping[str, Any]) -> tuple[str, str | None]:
         raise ValueError(f"record has none of the prompt fields {list(PROMPT_KEYS)}: keys {sorted(record)}")
     answer = next((record[k] for k in ANSWER_KEYS if record.get(k) is not None), None)
     return prompt, None if answer is None else str(answer)
+
+
+class FromData:
+    """A task whose problems come only from a data source (``task.source``): it has no generator."""
+
+    name: str
+    generates: ClassVar[bool] = False
+    suggested_source: ClassVar[str]  # a source to name when no source is given, e.g. packaged:gsm8k
+
+    def splits(self, seed: int = 0) -> Splits:
+        raise NotImplementedError(
+            f"{self.name} prompts come from a data source (task.source), e.g. {self.suggested_source}"
+        )
+
+
+class Verdicts:
+    """``verdict_tokens`` of a task that names its verdict strings in ``correct_token`` and
+    ``incorrect_token`` fields (each a single token of the member tokenizers)."""
+
+    correct_token: str
+    incorrect_token: str
+
+    @property
+    def verdict_tokens(self) -> tuple[str, str]:
+        return self.correct_token, self.incorrect_token
 
 
 class OneByOne:

@@ -22,7 +22,7 @@ from corl.proto import PromptFormat
 from corl.sandbox import Limits, run_python
 
 from . import code_text
-from .base import Example, Splits
+from .base import Example, FromData, Verdicts
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -39,18 +39,15 @@ def _parallel(fn: Callable[[T], R], items: Sequence[T], workers: int) -> list[R]
 
 
 @dataclass(frozen=True)
-class CodeTask:
+class CodeTask(FromData, Verdicts):
     name: str = "code"
-    generates: ClassVar[bool] = False  # has its own problem generator (splits)
+    suggested_source: ClassVar[str] = "packaged:humaneval"
     runs_code: ClassVar[bool] = True  # answers are behaviours of programs run in the sandbox
     max_tokens: int = 256  # a HumanEval function body; the model server bounds it at 256 by default
     correct_token: str = "Yes"
     incorrect_token: str = "No"
     limits: Limits = field(default_factory=lambda: Limits(timeout_s=5.0, cpu_s=3, memory_bytes=1 << 30))
     workers: int = field(default_factory=lambda: max(1, min(8, os.cpu_count() or 1)))
-
-    def splits(self, seed: int = 0) -> Splits:
-        raise NotImplementedError("code prompts come from a data source (task.source), e.g. packaged:humaneval")
 
     @property
     def prompt_format(self) -> PromptFormat:
@@ -127,7 +124,3 @@ class CodeTask:
             f"Task: complete this Python function.\n{prompt}\n\nProposed solution:\n{response}\n\n"
             "Is the solution correct? Answer Yes or No: "
         )
-
-    @property
-    def verdict_tokens(self) -> tuple[str, str]:
-        return self.correct_token, self.incorrect_token

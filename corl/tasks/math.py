@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 from corl.proto import PromptFormat
 
 from . import bounded, literal
-from .base import Example, OneByOne, Splits, record_fields
+from .base import Example, FromData, OneByOne, Verdicts, record_fields
 
 _TAIL = 4000  # characters of a completion searched for its answer: bounds parsing time
 _BOXED = re.compile(r"\\(?:boxed|fbox)\s*\{")
@@ -166,16 +166,13 @@ def gold_value(canonical: str) -> Any | None:
 
 
 @dataclass(frozen=True)
-class MathTask(OneByOne):
+class MathTask(FromData, OneByOne, Verdicts):
     name: str = "math"
-    generates: ClassVar[bool] = False  # has its own problem generator (splits)
+    suggested_source: ClassVar[str] = "packaged:gsm8k"
     runs_code: ClassVar[bool] = False
     max_tokens: int = 256  # GSM8K solutions run 100-250 tokens (and the server default bound is 256)
     correct_token: str = "Yes"
     incorrect_token: str = "No"
-
-    def splits(self, seed: int = 0) -> Splits:
-        raise NotImplementedError("math prompts come from a data source (task.source), e.g. packaged:gsm8k")
 
     @property
     def prompt_format(self) -> PromptFormat:
@@ -246,7 +243,3 @@ class MathTask(OneByOne):
             f"Problem: {prompt}\n\nProposed solution: {response}\n\n"
             "Is the final answer of the proposed solution correct? Answer Yes or No: "
         )
-
-    @property
-    def verdict_tokens(self) -> tuple[str, str]:
-        return self.correct_token, self.incorrect_token

@@ -14,10 +14,10 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from corl.config import CohortConfig, load_config
-from corl.proto import CONTRACT_VERSION
 from corl.redis_auth import redis_auth
 from corl.sandbox import require_sandbox
-from corl.services.http import error_response, install_edge
+from corl.services.http import error_response
+from corl.services.service_app import secret_value, service_app, serving_on
 from corl.tasks import bounded, get_task
 from corl.tracking import build_tracking
 
@@ -63,29 +63,25 @@ def create_app(
         serving = AggregatorServing(cfg, settings, redis, http, app.state.metrics, tracking)
         try:
             await serving.start(run_rounds=settings.autostart)
-            app.state.serving = serving
-            yield
+            async with serving_on(app, serving):
+                yield
         finally:
-            app.state.serving = None
             await serving.stop()
             await asyncio.to_thread(tracking.close)  # flushing may wait on a tracker: not on the event loop
             await http.aclose()
             await redis.aclose()
 
-    app = FastAPI(title="corl aggregator", version=CONTRACT_VERSION, lifespan=lifespan)
-    app.state.metrics = AggregatorMetrics()
-    app.state.admin_token = settings.admin_token.get_secret_value() if settings.admin_token else None
-    app.state.reward_server = settings.reward_server
-    app.state.serving = None
-    app.include_router(router)
     # Outside trainers post a whole rollout batch to the reward routes: they have their own bound.
     batch_limit = settings.reward_server.max_body_bytes
-    install_edge(
-        app,
-        metrics=app.state.metrics.http,
-        max_body_bytes=settings.grading.max_body_bytes,
-        max_client_concurrency=settings.grading.max_client_concurrency,
+    app = service_app(
+        "corl aggregator",
+        lifespan,
+        AggregatorMetrics(),
+        [router],
+        settings.grading,
         path_limits={"/get_reward": batch_limit, "/v1/reward": batch_limit},
+        admin_token=secret_value(settings.admin_token),
+        reward_server=settings.reward_server,
     )
     for exc in (RedisConnectionError, RedisTimeoutError):
         app.add_exception_handler(exc, _redis_unavailable)

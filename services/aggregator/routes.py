@@ -22,7 +22,7 @@ from corl.proto import (
     SlimeRewardRequest,
     SlimeRewardResponse,
 )
-from corl.services.errors import NotFoundError, UnavailableError
+from corl.services.errors import NotFoundError
 from corl.services.http import (
     Credentials,
     bearer_token,
@@ -33,6 +33,7 @@ from corl.services.http import (
     require_admin,
     reward_bearer,
 )
+from corl.services.service_app import started
 
 from . import dashboard
 from .serving import AggregatorServing
@@ -42,10 +43,7 @@ router = APIRouter()
 
 
 async def get_serving(request: Request) -> AggregatorServing:
-    serving: AggregatorServing | None = getattr(request.app.state, "serving", None)
-    if serving is None:
-        raise UnavailableError("the aggregator is starting")
-    return serving
+    return started(request, "the aggregator")
 
 
 Serving = Annotated[AggregatorServing, Depends(get_serving)]

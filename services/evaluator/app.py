@@ -12,9 +12,9 @@ from fastapi import FastAPI
 
 from corl.config import CohortConfig, load_config
 from corl.heldout import HeldoutReader, client_timeout
-from corl.proto import CONTRACT_VERSION
 from corl.redis_auth import redis_auth
-from corl.services.http import bearer_headers, install_edge
+from corl.services.http import EdgeBounds, bearer_headers
+from corl.services.service_app import secret_value, service_app, serving_on
 from corl.tracking import build_tracking
 
 from .metrics import EvaluatorMetrics
@@ -37,7 +37,7 @@ def create_app(
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         cfg = config or load_config(settings.config)
-        token = settings.cohort_token.get_secret_value() if settings.cohort_token else None
+        token = secret_value(settings.cohort_token)
         async with AsyncExitStack() as stack:
             # Synchronous clients: every call is made from the polling thread.
             http = stack.enter_context(
@@ -60,16 +60,14 @@ def create_app(
             serving = EvaluatorServing(cfg, settings, reader, client, app.state.metrics, tracking)
             stack.push_async_callback(serving.stop)
             await serving.start(poll=settings.autostart)
-            app.state.serving = serving
-            try:
+            async with serving_on(app, serving):
                 yield
-            finally:
-                app.state.serving = None
 
-    app = FastAPI(title="corl evaluator", version=CONTRACT_VERSION, lifespan=lifespan)
-    app.state.metrics = EvaluatorMetrics()
-    app.state.cohort_token = settings.cohort_token.get_secret_value() if settings.cohort_token else None
-    app.state.serving = None
-    app.include_router(router)
-    install_edge(app, metrics=app.state.metrics.http, max_body_bytes=MAX_BODY_BYTES)
-    return app
+    return service_app(
+        "corl evaluator",
+        lifespan,
+        EvaluatorMetrics(),
+        [router],
+        EdgeBounds(max_body_bytes=MAX_BODY_BYTES),
+        cohort_token=secret_value(settings.cohort_token),
+    )

@@ -7,8 +7,8 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Request
 
 from corl.proto import HeldoutReadings
-from corl.services.errors import UnavailableError
 from corl.services.http import error_responses, operational_routes, require_cohort
+from corl.services.service_app import started
 
 from .serving import EvaluatorServing
 
@@ -16,10 +16,7 @@ router = APIRouter()
 
 
 async def get_serving(request: Request) -> EvaluatorServing:
-    serving: EvaluatorServing | None = getattr(request.app.state, "serving", None)
-    if serving is None:
-        raise UnavailableError("the evaluator is starting")
-    return serving
+    return started(request, "the evaluator")
 
 
 Serving = Annotated[EvaluatorServing, Depends(get_serving)]

@@ -9,8 +9,7 @@ from collections.abc import AsyncIterator
 
 from fastapi import FastAPI
 
-from corl.proto import CONTRACT_VERSION
-from corl.services.http import install_edge
+from corl.services.service_app import secret_value, service_app
 
 from .backends import create_backend
 from .backends.base import Backend
@@ -67,25 +66,18 @@ def create_app(settings: ServerSettings | None = None, backend: Backend | None =
     """Build the app; nothing is loaded until its lifespan starts (so the OpenAPI document can be
     produced without a model). ``backend`` replaces the one ``settings`` would build (tests)."""
     settings = settings or ServerSettings()
-    app = FastAPI(
-        title="corl model server",
-        version=CONTRACT_VERSION,
+    app = service_app(
+        "corl model server",
+        lifespan,
+        ServerMetrics(),
+        [router, openai_router],
+        settings,
         summary="One cohort member: sampling with log-probs, peer grading, hot weight swaps.",
-        lifespan=lifespan,
-    )
-    app.state.settings = settings
-    app.state.admin_token = settings.admin_token.get_secret_value() if settings.admin_token else None
-    app.state.cohort_token = settings.cohort_token.get_secret_value() if settings.cohort_token else None
-    app.state.metrics = ServerMetrics()
-    app.state.backend_override = backend
-    app.state.serving = app.state.openai = None
-    app.include_router(router)
-    app.include_router(openai_router)
-    install_edge(
-        app,
-        metrics=app.state.metrics.http,
-        max_body_bytes=settings.max_body_bytes,
-        max_client_concurrency=settings.max_client_concurrency,
+        settings=settings,
+        admin_token=secret_value(settings.admin_token),
+        cohort_token=secret_value(settings.cohort_token),
+        backend_override=backend,
+        openai=None,
     )
     publish_bounds(app, settings)
     return app

@@ -16,13 +16,13 @@ from corl.proto.openai import (
     TextCompletion,
 )
 from corl.services.http import error_responses, require_cohort
+from corl.services.service_app import started
 
 from .openai_serving import OpenAIServing, Served
-from .routes import started
 
 
 async def get_openai(request: Request) -> OpenAIServing:
-    return started(request, "openai")  # type: ignore[return-value]
+    return started(request, "the model server", "openai")
 
 
 OpenAI = Annotated[OpenAIServing, Depends(get_openai)]

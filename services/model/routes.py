@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Request, Response
+from fastapi.types import DecoratedCallable
 from pydantic import BaseModel
 
 from corl.proto import (
@@ -18,8 +20,8 @@ from corl.proto import (
     WeightUpdateRequest,
     WeightUpdateResponse,
 )
-from corl.services.errors import UnavailableError
 from corl.services.http import error_responses, require_admin, require_cohort
+from corl.services.service_app import started
 
 from .metrics import ServerMetrics
 from .serving import ModelServing
@@ -30,20 +32,13 @@ async def get_metrics(request: Request) -> ServerMetrics:
     return request.app.state.metrics  # type: ignore[no-any-return]
 
 
-def started(request: Request, name: str) -> object:
-    """The app-state service ``name``, or 503 while the server is starting."""
-    service = getattr(request.app.state, name, None)
-    if service is None:
-        raise UnavailableError("server is starting")
-    return service
-
-
 async def get_serving(request: Request) -> ModelServing:
-    return started(request, "serving")  # type: ignore[return-value]
+    return started(request, "the model server")
 
 
 Serving = Annotated[ModelServing, Depends(get_serving)]
 Metrics = Annotated[ServerMetrics, Depends(get_metrics)]
+Cohort = Depends(require_cohort)
 
 
 router = APIRouter()
@@ -55,22 +50,18 @@ def _json(model: BaseModel) -> Response:
     return Response(model.model_dump_json(), media_type="application/json")
 
 
-@router.post(
-    "/v1/generate",
-    response_model=GenerateResponse,
-    responses=error_responses(401, 413, 422, 503),
-    dependencies=[Depends(require_cohort)],
-)
+def _cohort_post(path: str, answer: type[BaseModel], *errors: int) -> Callable[[DecoratedCallable], DecoratedCallable]:
+    """A POST route of the cohort's own calls: the cohort token required, ``answer`` documented as the
+    response model (the route returns it through ``_json``), ``errors`` the statuses it may answer."""
+    return router.post(path, response_model=answer, responses=error_responses(*errors), dependencies=[Cohort])
+
+
+@_cohort_post("/v1/generate", GenerateResponse, 401, 413, 422, 503)
 async def generate(body: GenerateRequest, serving: Serving) -> Response:
     return _json(await serving.generate(body))
 
 
-@router.post(
-    "/v1/grade",
-    response_model=GradeResponse,
-    responses=error_responses(401, 403, 413, 422, 503),
-    dependencies=[Depends(require_cohort)],
-)
+@_cohort_post("/v1/grade", GradeResponse, 401, 403, 413, 422, 503)
 async def grade(body: GradeRequest, serving: Serving) -> Response:
     return _json(await serving.grade(body))
 

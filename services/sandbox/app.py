@@ -16,11 +16,11 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.security import HTTPBearer
 
-from corl.proto import CONTRACT_VERSION, RunProgramRequest, RunProgramResponse
+from corl.proto import RunProgramRequest, RunProgramResponse
 from corl.sandbox import Limits, protections
 from corl.sandbox.jail import require
-from corl.services.errors import UnavailableError
-from corl.services.http import Credentials, bearer_token, check_token, error_responses, install_edge, operational_routes
+from corl.services.http import Credentials, bearer_token, check_token, error_responses, operational_routes
+from corl.services.service_app import secret_value, service_app, serving_on, started
 
 from .serving import SandboxMetrics, SandboxServing
 from .settings import SandboxSettings
@@ -33,10 +33,7 @@ sandbox_bearer = HTTPBearer(
 
 
 async def get_serving(request: Request) -> SandboxServing:
-    serving: SandboxServing | None = getattr(request.app.state, "serving", None)
-    if serving is None:
-        raise UnavailableError("the sandbox service is starting")
-    return serving
+    return started(request, "the sandbox service")
 
 
 async def require_token(request: Request, credentials: Annotated[Credentials, Depends(sandbox_bearer)]) -> None:
@@ -63,21 +60,8 @@ def create_app(settings: SandboxSettings | None = None) -> FastAPI:
         # Its own jail, whatever CORL_SANDBOX_URL says: none here, and it refuses to start, naming what is missing.
         await asyncio.to_thread(require, Limits().uid)
         log.info("sandbox protections: %s", await asyncio.to_thread(protections, None, True))
-        app.state.serving = SandboxServing(settings, app.state.metrics)
-        try:
+        async with serving_on(app, SandboxServing(settings, app.state.metrics)):
             yield
-        finally:
-            app.state.serving = None
 
-    app = FastAPI(title="corl sandbox", version=CONTRACT_VERSION, lifespan=lifespan)
-    app.state.metrics = SandboxMetrics()
-    app.state.token = settings.token.get_secret_value() if settings.token else None
-    app.state.serving = None
-    app.include_router(router)
-    install_edge(
-        app,
-        metrics=app.state.metrics.http,
-        max_body_bytes=settings.max_body_bytes,
-        max_client_concurrency=settings.max_client_concurrency,
-    )
-    return app
+    token = secret_value(settings.token)
+    return service_app("corl sandbox", lifespan, SandboxMetrics(), [router], settings, token=token)

@@ -20,7 +20,7 @@ import redis
 import yaml
 
 from corl import redis_keys as keys
-from corl.embedded.processes import corl_command
+from corl.embedded.processes import corl_command, terminate
 from corl.proto import GradedBatch, RoundStats
 from corl.redis_server import LocalRedis, free_port
 
@@ -61,14 +61,8 @@ class Proc:
         self.proc.wait(30)
 
     def stop(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        self.proc.terminate()
-        try:
-            self.proc.wait(20)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        if self.proc is not None:
+            terminate(self.proc, 20)
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None

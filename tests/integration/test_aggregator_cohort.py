@@ -17,7 +17,7 @@ import yaml
 from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_fixed
 
 from corl import redis_keys as keys
-from corl.embedded.processes import corl_command
+from corl.embedded.processes import corl_command, terminate
 from corl.proto import DashboardView, GradedBatch, OpenRLHFRewardResponse, RunStats
 from corl.redis_server import free_port
 
@@ -48,15 +48,6 @@ def start(args: list[str], log: Path) -> subprocess.Popen[bytes]:
     return subprocess.Popen(args, env=ENV, stdout=log.open("wb"), stderr=subprocess.STDOUT)
 
 
-def stop(proc: subprocess.Popen[bytes]) -> None:
-    proc.terminate()
-    try:
-        proc.wait(30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-
-
 @pytest.fixture
 def members(tiny_model_dir: Path, tmp_path: Path) -> Iterator[dict[str, str]]:
     urls, procs = {}, []
@@ -71,7 +62,7 @@ def members(tiny_model_dir: Path, tmp_path: Path) -> Iterator[dict[str, str]]:
         yield urls
     finally:
         for proc in procs:
-            stop(proc)
+            terminate(proc, 30)
 
 
 def test_three_rounds_with_real_model_servers(
@@ -122,7 +113,7 @@ def test_three_rounds_with_real_model_servers(
         view = DashboardView.model_validate_json(httpx.get(f"{url}/v1/runs/{run}/dashboard", timeout=10).content)
         page = httpx.get(f"{url}/dashboard", timeout=10)
     finally:
-        stop(proc)
+        terminate(proc, 30)
     assert len(reward.rewards) == 2 and reward.weight_versions == dict.fromkeys(members, 0)
     assert [m.weight_version for m in view.members] == [0] * len(members) and len(view.rounds) == 3
     assert page.status_code == 200 and "dashboard/assets/uPlot.iife.min.js" in page.text

@@ -83,11 +83,8 @@ def test_no_other_process_environment_is_readable(which: str) -> None:
 
 
 @pytest.mark.jail
-def test_no_socket_reaches_a_loopback_listener() -> None:
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
-    server.listen(4)
-    server.settimeout(0.2)
+def test_no_socket_reaches_a_loopback_listener(loopback_listener: socket.socket) -> None:
+    server = loopback_listener
     port = server.getsockname()[1]
     accepted: list[bytes] = []
     stop = threading.Event()
@@ -109,7 +106,6 @@ def test_no_socket_reaches_a_loopback_listener() -> None:
     time.sleep(0.3)
     stop.set()
     t.join(2)
-    server.close()
     assert accepted == [] and "sent" not in res.stdout
 
 

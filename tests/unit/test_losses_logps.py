@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from corl.cohort.presets import MemberSpec
 from corl.models.sampling import sample
 from corl.models.tokenizer import build_char_tokenizer
 from corl.proto import SamplingSettings
@@ -14,9 +15,9 @@ from corl.trainer.losses import response_logps
 from corl.trainer.testing import batch_from_samples
 
 _ONE_HEAD_ONE_LAYER = dict(num_hidden_layers=1, num_attention_heads=1, num_key_value_heads=1)
-_DECODER = dict(hidden_size=32, intermediate_size=64, max_position_embeddings=64, **_ONE_HEAD_ONE_LAYER)  # llama, qwen2
+_DECODER = dict(hidden_size=32, intermediate_size=64, **_ONE_HEAD_ONE_LAYER)  # llama, qwen2
 FAMILIES = {
-    "gpt2": dict(n_embd=32, n_layer=1, n_head=1, n_positions=64),
+    "gpt2": dict(n_embd=32, n_layer=1, n_head=1),
     "llama": _DECODER,
     "qwen2": _DECODER,
     "mamba": dict(hidden_size=32, num_hidden_layers=1, state_size=8, expand=2),
@@ -24,17 +25,10 @@ FAMILIES = {
 
 
 def _model(family: str, tok, initializer_range: float = 0.02):  # type: ignore[no-untyped-def]
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM
 
-    cfg = AutoConfig.for_model(
-        family,
-        vocab_size=len(tok),
-        bos_token_id=tok.eos_token_id,
-        eos_token_id=tok.eos_token_id,
-        pad_token_id=tok.pad_token_id,
-        initializer_range=initializer_range,
-        **FAMILIES[family],
-    )
+    arch = {**FAMILIES[family], "initializer_range": initializer_range}
+    cfg = MemberSpec(family, family, arch).build_config(tok, max_positions=64)
     return AutoModelForCausalLM.from_config(cfg).eval()
 
 

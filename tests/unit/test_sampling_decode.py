@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from corl.cohort.presets import MemberSpec
 from corl.models import sampling
 from corl.models.sampling import sample
 from corl.models.tokenizer import build_char_tokenizer
@@ -29,18 +30,11 @@ PROMPTS = ["1+2=", "12+34=", "7+80+9="]
 
 
 def _model(family: str, tok):  # type: ignore[no-untyped-def]
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM
 
     torch.manual_seed(0)
-    cfg = AutoConfig.for_model(
-        family,
-        vocab_size=len(tok),
-        bos_token_id=tok.eos_token_id,
-        eos_token_id=tok.eos_token_id,
-        pad_token_id=tok.pad_token_id,
-        max_position_embeddings=64,
-        **{"initializer_range": 0.3, **FAMILIES[family]},  # peaked distributions: varied greedy text
-    )
+    arch = {"initializer_range": 0.3, **FAMILIES[family]}  # peaked distributions: varied greedy text
+    cfg = MemberSpec(family, family, arch).build_config(tok, max_positions=64)
     return AutoModelForCausalLM.from_config(cfg).eval()
 
 

@@ -53,19 +53,12 @@ def test_memory_hog_fails_cleanly() -> None:
     assert res.status == "killed" or "MemoryError" in res.stderr
 
 
-def test_socket_never_reaches_a_listener() -> None:
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
-    server.listen(1)
-    server.settimeout(0.5)
-    port = server.getsockname()[1]
-    try:
-        res = run_python(f"import socket\ns = socket.create_connection(('127.0.0.1', {port}), timeout=2)\n", FAST)
-        assert not res.ok
-        with pytest.raises(TimeoutError):
-            server.accept()
-    finally:
-        server.close()
+def test_socket_never_reaches_a_listener(loopback_listener: socket.socket) -> None:
+    port = loopback_listener.getsockname()[1]
+    res = run_python(f"import socket\ns = socket.create_connection(('127.0.0.1', {port}), timeout=2)\n", FAST)
+    assert not res.ok
+    with pytest.raises(TimeoutError):
+        loopback_listener.accept()
 
 
 def test_writing_outside_the_working_directory_is_refused(tmp_path: Path) -> None:

@@ -46,11 +46,16 @@ class _Message(_Lenient):
     content: str | None = None
 
 
-class _ChatChoice(_Lenient):
+class _Choice(_Lenient):
+    """What a choice of either API carries besides its text and log-probs."""
+
     index: int = 0
+    finish_reason: str | None = None
+
+
+class _ChatChoice(_Choice):
     message: _Message | None = None
     logprobs: _ChatLogprobs | None = None
-    finish_reason: str | None = None
 
 
 class _TextLogprobs(_Lenient):
@@ -59,21 +64,21 @@ class _TextLogprobs(_Lenient):
     top_logprobs: list[dict[str, float] | None] | None = None
 
 
-class _TextChoice(_Lenient):
-    index: int = 0
+class _TextChoice(_Choice):
     text: str | None = None
     logprobs: _TextLogprobs | None = None
-    finish_reason: str | None = None
 
 
-class _ChatReply(_Lenient):
+class _Reply(_Lenient):
+    usage: _Usage | None = None
+
+
+class _ChatReply(_Reply):
     choices: list[_ChatChoice]
-    usage: _Usage | None = None
 
 
-class _TextReply(_Lenient):
+class _TextReply(_Reply):
     choices: list[_TextChoice]
-    usage: _Usage | None = None
 
 
 @dataclass(frozen=True)

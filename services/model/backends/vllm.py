@@ -74,15 +74,13 @@ class VLLMBackend(Backend):
         model_dir: str,
         name: str,
         initial_version: int = 0,
-        device: str = "auto",
-        num_threads: int | None = None,
         *,
         engine: VLLMEngine | None = None,
         options: EngineOptions | None = None,
     ) -> None:
         """``engine``: an engine started elsewhere for the same ``model_dir``; this backend loads
-        the initial weights into it and leaves it running on ``close``. ``device`` and
-        ``num_threads`` are the transformers backend's knobs: vLLM places and threads itself."""
+        the initial weights into it and leaves it running on ``close``. It takes no ``device`` or
+        ``num_threads`` (the transformers backend's knobs): vLLM places and threads itself."""
         super().__init__(model_dir, name, initial_version)
         self._own_engine = engine is None
         self._engine = engine or VLLMEngine(self._model_dir, options)

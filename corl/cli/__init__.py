@@ -35,6 +35,7 @@ app.command("train", help="Run one member's trainer.")(train.train)
 app.command("run", help="Run the whole loop on this machine (embedded default).")(run.run)
 app.command("experiment", help="Compare reward modes on the same starting cohort.")(experiment.experiment)
 app.command("experiment-table", help="Combine experiments' results into one table.")(experiment.experiment_table)
+app.command("experiment-guard", help="Replay the collapse guard on finished runs.")(experiment.experiment_guard)
 app.command("experiment-answers", help="A run's greedy answers before and after, as the reader grades them.")(
     experiment.experiment_answers
 )

@@ -130,6 +130,33 @@ def experiment_answers(
         out.write_text(table)
 
 
+def experiment_guard(
+    runs: list[Path] = typer.Argument(..., help="Finished run directories (each with rounds.jsonl, result.json)."),
+    samples: int = typer.Option(8, "--samples", min=1, help="The runs' samples per prompt (distinct-answer rate)."),
+    settings: list[str] = typer.Option(
+        [],
+        "--set",
+        help="A collapse-guard bound, KEY=VALUE (repeatable): --set echo_rise=0.3 --set distinct_fraction=0.5.",
+    ),
+    out: Path | None = typer.Option(None, "--out", help="Also write the table to this markdown file."),
+) -> None:
+    """Replay the collapse guard on finished runs: the round it trips at for each member (or would
+    have, for a run made with action: alarm), beside the member's held-out accuracy before and after."""
+    from corl.config import GuardConfig
+    from corl.experiment.guard_replay import bounds_of, guard_table
+
+    fields = {}
+    for item in settings:
+        key, sep, value = item.partition("=")
+        if not sep or key.strip() not in GuardConfig.model_fields:
+            raise typer.BadParameter(f"{item!r}: expected KEY=VALUE, KEY one of {sorted(GuardConfig.model_fields)}")
+        fields[key.strip()] = yaml.safe_load(value)
+    table = guard_table(runs, bounds_of(GuardConfig(**fields)), samples)
+    typer.echo(table)
+    if out is not None:
+        out.write_text(table)
+
+
 def parse_modes(spec: str) -> tuple[list[str], dict[str, int]]:
     """``"ground_truth,peer_pool,self_vote:1"`` -> the modes in order and their seed limits."""
     names: list[str] = []

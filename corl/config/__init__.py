@@ -11,7 +11,7 @@ from .cohort import CohortConfig
 from .endpoint import EndpointConfig
 from .loader import ConfigError, dump_config, load_config, parse_config
 from .members import MemberConfig
-from .reward import JudgeConfig, ReliabilityConfig, RewardConfig, VoteConfig
+from .reward import GuardConfig, JudgeConfig, ReliabilityConfig, RewardConfig, VoteConfig
 from .rounds import PromptSource, RoundsConfig
 from .sandbox import SandboxConfig
 from .scale import DistributedConfig, MemberVllm
@@ -33,6 +33,7 @@ __all__ = [
     "PromptSource",
     "ReliabilityConfig",
     "RewardConfig",
+    "GuardConfig",
     "RoundsConfig",
     "SandboxConfig",
     "TaskConfig",

@@ -115,6 +115,8 @@ class RoundLog:
     """Append-only JSONL of every committed round's statistics (``RoundStats``), one line a round, in
     round order: what the snapshots (the latest round every few seconds) skip, kept for analysis."""
 
+    POLL_ROUNDS = 32  # rounds each stats poll reads back: more than a poll interval ever commits
+
     def __init__(self, path: Path):
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)

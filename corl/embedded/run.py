@@ -151,9 +151,6 @@ def start_services(
     return agg_url
 
 
-ROUNDS_READ = 32  # rounds each stats poll reads back: more than a poll interval ever commits
-
-
 class RunMonitor:
     """Polls the services for a snapshot; reads held-out accuracy through the servers when due
     (``corl.heldout``, the evaluator service's rule and reader)."""
@@ -258,7 +255,7 @@ class RunMonitor:
 
     def _stats(self) -> RunStats | None:
         try:
-            r = self.http.get(f"{self.agg_url}/v1/runs/{self.cfg.run_id}/stats", params={"last": ROUNDS_READ})
+            r = self.http.get(f"{self.agg_url}/v1/runs/{self.cfg.run_id}/stats", params={"last": RoundLog.POLL_ROUNDS})
             stats = RunStats.model_validate_json(r.content) if r.status_code == 200 else None
         except (httpx.HTTPError, ValueError):
             return None

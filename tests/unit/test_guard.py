@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 import logging
+from pathlib import Path
 
 import pytest
 
+from corl.experiment.guard_replay import guard_table, replay
+from corl.proto import MemberRoundStats, RoundStats
 from corl.rewards.guard import CollapseGuard, GuardBounds, GuardSignals, breached, echo_share
 
 GOOD = GuardSignals(distinct_rate=0.5, echo_share=0.05, formatted_share=0.95)
@@ -69,3 +72,32 @@ def test_snapshot_round_trip_and_an_older_snapshot_starts_afresh() -> None:
     assert restored.update("a", GOOD) is True
     old = {"collapse_fraction": 0.5, "start": {"a": 0.8}, "alarmed": ["a"]}
     assert CollapseGuard().restore(old).snapshot() == CollapseGuard().snapshot()
+
+
+def test_replaying_recorded_rounds_finds_the_round_it_trips_at(tmp_path: Path) -> None:
+    def rnd(r: int, echo: float) -> RoundStats:
+        m = MemberRoundStats(
+            mean_reward=0.5,
+            label_rate=1.0,
+            distinct_answers=4.0,
+            answer_entropy=1.0,
+            mean_response_tokens=3.0,
+            echo_share=echo,
+            formatted_share=1.0,
+            batch_written=True,
+        )
+        steady = m.model_copy(update={"echo_share": 0.0})
+        return RoundStats(
+            round=r, created_at=0.0, members={"a": m, "b": steady}, missing=[], agreement={}, cohort_diversity=0.5
+        )
+
+    rounds = [rnd(r, 0.0 if r < 6 else 0.9) for r in range(12)]
+    bounds = GuardBounds(warmup_rounds=3, window=2, patience=2)
+    trips = replay(rounds, bounds, samples_per_prompt=8)
+    assert trips["a"].round == 7 and trips["a"].signals == ("echo_share",)  # window breached at 6 and 7
+    assert trips["b"].round is None
+    run = tmp_path / "peer_pool-seed0"
+    run.mkdir()
+    (run / "rounds.jsonl").write_text("".join(r.model_dump_json() + "\n" for r in rounds))
+    table = guard_table([run], bounds, 8)
+    assert "| peer_pool-seed0 | a | - | 0.00 / 1.00 | 7 | echo_share |" in table

@@ -19,14 +19,7 @@ from corl.rewards.guard import CollapseGuard, GuardBounds, GuardSignals
 
 
 def bounds_of(g: GuardConfig) -> GuardBounds:
-    return GuardBounds(
-        warmup_rounds=g.warmup_rounds,
-        window=g.window,
-        patience=g.patience,
-        distinct_fraction=g.distinct_fraction,
-        echo_rise=g.echo_rise,
-        formatted_drop=g.formatted_drop,
-    )
+    return GuardBounds(**g.model_dump(exclude={"action"}))
 
 
 @dataclass(frozen=True)

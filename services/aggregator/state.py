@@ -20,16 +20,7 @@ class LearntState:
         self.reliability = GraderReliability.from_config(reward.reliability)
         g = reward.guard
         self.hold = g.action == "hold"
-        self.collapse = CollapseGuard(
-            GuardBounds(
-                warmup_rounds=g.warmup_rounds,
-                window=g.window,
-                patience=g.patience,
-                distinct_fraction=g.distinct_fraction,
-                echo_rise=g.echo_rise,
-                formatted_drop=g.formatted_drop,
-            )
-        )
+        self.collapse = CollapseGuard(GuardBounds(**g.model_dump(exclude={"action"})))
         self._members = list(members)
         self._register_members()
 

@@ -112,7 +112,9 @@ class PolicyTrainer:
         self.format = "lora" if cfg.training.lora else "full"
         hf_resume = None if sharding else resume_from  # a group loads its sharded checkpoint below
         if cfg.training.lora:
-            base = AutoModelForCausalLM.from_pretrained(src, dtype=torch.float32)
+            # The frozen base in the dtype it is stored in (a bfloat16 member trains in half the memory);
+            # PEFT keeps the adapters, the only trained weights, in float32.
+            base = AutoModelForCausalLM.from_pretrained(src, dtype="auto")
             model = lora.wrap(base, cfg.training.lora, hf_resume)
         else:
             model = AutoModelForCausalLM.from_pretrained(str(hf_resume or src), dtype=torch.float32)

@@ -63,3 +63,25 @@ def test_lora_adapter_is_published_served_and_resumed(tmp_path: Path, tiny_model
         assert resumed.run(max_steps=3).weight_version == 3
         resumed.close()
         assert _greedy(url)[0] == 3
+
+
+def test_a_bfloat16_member_trains_its_float32_adapter_on_a_bfloat16_base(
+    tmp_path: Path, tiny_model_dir: Path, redis_url: str
+) -> None:
+    """The frozen base stays in the dtype it is stored in (half the memory for a bf16 member); the
+    adapter, the only trained weights, is float32 and moves."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from corl.trainer.policy import PolicyTrainer
+
+    bf16 = tmp_path / "bf16"
+    AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.bfloat16).save_pretrained(bf16)
+    AutoTokenizer.from_pretrained(tiny_model_dir).save_pretrained(bf16)
+    cfg = make_config(tmp_path, bf16, redis_url, "bf", lr=2e-2, lora={"r": 4, "alpha": 8})
+    policy = PolicyTrainer(cfg, "a", torch.device("cpu"))
+    frozen = {p.dtype for p in policy.model.parameters() if not p.requires_grad}
+    assert frozen == {torch.bfloat16}
+    assert {p.dtype for p in policy.params} == {torch.float32}
+    start = [p.detach().clone() for p in policy.params]
+    policy.step(make_batches(bf16, "bf", 1)[0])
+    assert any(not torch.equal(p, s) for p, s in zip(policy.params, start, strict=True))

@@ -6,7 +6,7 @@ Nothing here knows about HTTP frameworks: serving layers and backends raise thes
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from corl.proto import ErrorType
 
@@ -27,14 +27,17 @@ STATUS_TYPES: dict[int, ErrorType] = {
 
 class ServiceError(Exception):
     """A request that cannot be served; ``field`` names the request field at fault, when there is one.
-    A subclass sets its ``status``; its error ``type`` follows from ``STATUS_TYPES``."""
+    A subclass names its ``status`` in its header (``class X(ServiceError, status=409)``; its own subclasses
+    keep it); its error ``type`` follows from ``STATUS_TYPES``."""
 
     status: ClassVar[int] = 500
     type: ClassVar[ErrorType] = "internal"
     default_field: ClassVar[str | None] = None
 
-    def __init_subclass__(cls) -> None:
-        super().__init_subclass__()
+    def __init_subclass__(cls, status: int | None = None, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if status is not None:
+            cls.status = status
         cls.type = STATUS_TYPES.get(cls.status, "internal")
 
     def __init__(self, message: str, field: str | None = None) -> None:
@@ -43,45 +46,33 @@ class ServiceError(Exception):
         self.field = field if field is not None else self.default_field
 
 
-class InvalidInputError(ServiceError):
-    """A field is out of bounds or unusable (422)."""
-
-    status = 422
+class InvalidInputError(ServiceError, status=422):
+    """A field is out of bounds or unusable."""
 
 
-class UnauthorizedError(ServiceError):
-    """No token, or a wrong one (401)."""
-
-    status = 401
+class UnauthorizedError(ServiceError, status=401):
+    """No token, or a wrong one."""
 
 
-class ForbiddenError(ServiceError):
-    """Authenticated, but not allowed (403)."""
-
-    status = 403
+class ForbiddenError(ServiceError, status=403):
+    """Authenticated, but not allowed."""
 
 
-class NotFoundError(ServiceError):
-    status = 404
+class NotFoundError(ServiceError, status=404):
+    """What the request names is not here (a run, a model, an asset), or its route is off."""
 
 
-class ConflictError(ServiceError):
-    """A stale or duplicate version, a name taken, a source that does not take posts (409)."""
-
-    status = 409
+class ConflictError(ServiceError, status=409):
+    """A stale or duplicate version, a name taken, a source that does not take posts."""
 
 
-class RateLimitedError(ServiceError):
-    """Too many requests (429); ``retry_after_s``, when known, becomes the ``Retry-After`` header."""
-
-    status = 429
+class RateLimitedError(ServiceError, status=429):
+    """Too many requests; ``retry_after_s``, when known, becomes the ``Retry-After`` header."""
 
     def __init__(self, message: str, retry_after_s: int | None = None) -> None:
         super().__init__(message)
         self.retry_after_s = retry_after_s
 
 
-class UnavailableError(ServiceError):
-    """Not ready, timed out, or an engine failed: the server's problem, not the caller's (503)."""
-
-    status = 503
+class UnavailableError(ServiceError, status=503):
+    """Not ready, timed out, or an engine failed: the server's problem, not the caller's."""

@@ -141,6 +141,21 @@ def server_settings(tiny_model_dir: Path) -> Any:
 
 
 @pytest.fixture
+def member_stats() -> Callable[..., Any]:
+    """``member_stats(**fields) -> MemberRoundStats``: one member's figures of a round, plain values
+    (a batch written, no diagnostics) but for the fields a test names."""
+    from corl.proto import MemberRoundStats
+
+    def build(**fields: Any) -> MemberRoundStats:
+        figures = dict(
+            mean_reward=0.5, label_rate=1.0, distinct_answers=4.0, answer_entropy=1.0, mean_response_tokens=3.0
+        )
+        return MemberRoundStats.model_validate({**figures, "batch_written": True, **fields})
+
+    return build
+
+
+@pytest.fixture
 def loopback_listener() -> Iterator[socket.socket]:
     """A TCP socket listening on 127.0.0.1 (its port: ``getsockname()[1]``) that a sandboxed program
     must never reach; ``accept`` times out after 0.2 s. Closed after the test."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -74,18 +75,11 @@ def test_snapshot_round_trip_and_an_older_snapshot_starts_afresh() -> None:
     assert CollapseGuard().restore(old).snapshot() == CollapseGuard().snapshot()
 
 
-def test_replaying_recorded_rounds_finds_the_round_it_trips_at(tmp_path: Path) -> None:
+def test_replaying_recorded_rounds_finds_the_round_it_trips_at(
+    tmp_path: Path, member_stats: Callable[..., MemberRoundStats]
+) -> None:
     def rnd(r: int, echo: float) -> RoundStats:
-        m = MemberRoundStats(
-            mean_reward=0.5,
-            label_rate=1.0,
-            distinct_answers=4.0,
-            answer_entropy=1.0,
-            mean_response_tokens=3.0,
-            echo_share=echo,
-            formatted_share=1.0,
-            batch_written=True,
-        )
+        m = member_stats(echo_share=echo, formatted_share=1.0)
         steady = m.model_copy(update={"echo_share": 0.0})
         return RoundStats(
             round=r, created_at=0.0, members={"a": m, "b": steady}, missing=[], agreement={}, cohort_diversity=0.5

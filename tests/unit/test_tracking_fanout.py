@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
@@ -167,16 +167,10 @@ def test_a_tracker_that_cannot_be_used_is_refused_when_the_process_starts(monkey
     TrackingConfig(report_to=["wandb"], wandb={"mode": "offline"}).check_usable()
 
 
-def test_round_records_carry_every_member_figure_the_alarm_and_the_cohort() -> None:
-    member = MemberRoundStats(
-        mean_reward=0.5,
-        label_rate=0.75,
-        distinct_answers=2.0,
-        answer_entropy=0.7,
-        mean_response_tokens=3.0,
-        label_accuracy=0.25,
-        batch_written=True,
-    )
+def test_round_records_carry_every_member_figure_the_alarm_and_the_cohort(
+    member_stats: Callable[..., MemberRoundStats],
+) -> None:
+    member = member_stats(label_rate=0.75, label_accuracy=0.25)
     stats = RoundStats(
         round=7, created_at=0.0, members={"a": member, "b": member}, missing=["c"], agreement={}, cohort_diversity=0.5
     )

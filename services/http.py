@@ -16,7 +16,7 @@ from fastapi import APIRouter, Depends, FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -287,6 +287,16 @@ class HttpMetrics:
         self.auth_failures = metrics.counter(
             "auth_failures", "Requests refused for want of a valid token (401), by route.", "route"
         )
+
+
+class ServiceMetricSet(MetricSet):
+    """A service's metrics, ``<prefix>_<name>`` on its app's own registry: the HTTP edge's (``http``),
+    and those its subclass defines in ``__init__`` with ``self.counter``, ``self.gauge`` and
+    ``self.histogram``."""
+
+    def __init__(self, prefix: str, registry: CollectorRegistry | None = None) -> None:
+        super().__init__(prefix, registry)
+        self.http = HttpMetrics(self)
 
 
 class RequestMetricsMiddleware:

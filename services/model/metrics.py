@@ -5,35 +5,32 @@ from __future__ import annotations
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
-from corl.prometheus import MetricSet
-from corl.services.http import HttpMetrics
+from corl.services.http import ServiceMetricSet
 
 _BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 
 
-class ServerMetrics:
+class ServerMetrics(ServiceMetricSet):
     content_type = CONTENT_TYPE_LATEST
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
-        m = MetricSet("corl_server", registry)
-        self.registry = m.registry
-        self.http = HttpMetrics(m)
-        self.generated_tokens = m.counter("generated_tokens", "Tokens sampled (generate and vote grading).")
-        self.batch_size = m.histogram(
+        super().__init__("corl_server", registry)
+        self.generated_tokens = self.counter("generated_tokens", "Tokens sampled (generate and vote grading).")
+        self.batch_size = self.histogram(
             "batch_size", "Prompts per backend generate call (dynamic batching).", buckets=_BATCH_BUCKETS
         )
-        self.batch_requests = m.histogram(
+        self.batch_requests = self.histogram(
             "batch_requests", "Requests merged into one backend generate call.", buckets=_BATCH_BUCKETS
         )
-        self.stream_first_token = m.histogram(
+        self.stream_first_token = self.histogram(
             "stream_first_token_seconds", "Time from a streamed request's admission to its first sampled token."
         )
-        self.weight_version = m.gauge("weight_version", "Weight version now serving.")
-        self.last_swap_duration = m.gauge(
+        self.weight_version = self.gauge("weight_version", "Weight version now serving.")
+        self.last_swap_duration = self.gauge(
             "last_swap_duration_seconds", "Load, verify and swap time of the last weight update."
         )
-        self.weight_updates = m.counter("weight_updates", "Weight update attempts by result.", "result")
-        self.ready = m.gauge("ready", "1 once the model is loaded.")
+        self.weight_updates = self.counter("weight_updates", "Weight update attempts by result.", "result")
+        self.ready = self.gauge("ready", "1 once the model is loaded.")
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

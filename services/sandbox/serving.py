@@ -5,26 +5,23 @@ from __future__ import annotations
 import asyncio
 from dataclasses import fields
 
-from corl.prometheus import MetricSet
 from corl.proto import RunProgramRequest, RunProgramResponse
 from corl.sandbox import Limits
 from corl.sandbox.runner import run_here
 from corl.services.errors import UnavailableError
-from corl.services.http import HttpMetrics
+from corl.services.http import ServiceMetricSet
 
 from .settings import SandboxSettings
 
 PROGRAM_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 
 
-class SandboxMetrics:
+class SandboxMetrics(ServiceMetricSet):
     def __init__(self) -> None:
-        m = MetricSet("corl_sandbox")
-        self.registry = m.registry
-        self.http = HttpMetrics(m)
-        self.programs = m.counter("programs", "Programs run, by how they ended.", "status")
-        self.seconds = m.histogram("program_seconds", "Wall time of one program.", buckets=PROGRAM_BUCKETS)
-        self.waiting = m.gauge("programs_waiting", "Programs waiting for a free slot.")
+        super().__init__("corl_sandbox")
+        self.programs = self.counter("programs", "Programs run, by how they ended.", "status")
+        self.seconds = self.histogram("program_seconds", "Wall time of one program.", buckets=PROGRAM_BUCKETS)
+        self.waiting = self.gauge("programs_waiting", "Programs waiting for a free slot.")
 
 
 class SandboxServing:

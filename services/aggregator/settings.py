@@ -10,6 +10,7 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from corl.proto import RewardServerMode
+from corl.services.settings import ConnectRetries, ConnectTimeout, MaxBodyBytes, MaxClientConcurrency
 
 
 class _Section(BaseModel):
@@ -17,8 +18,8 @@ class _Section(BaseModel):
 
 
 class HttpSettings(_Section):
-    connect_timeout_s: float = Field(default=5.0, gt=0)
-    transport_retries: int = Field(default=2, ge=0, description="httpx connect retries.")
+    connect_timeout_s: ConnectTimeout = 5.0
+    transport_retries: ConnectRetries = 2
     attempts: int = Field(default=3, ge=1, description="tenacity attempts for an idempotent call.")
     backoff_initial_s: float = Field(default=0.1, ge=0)
     backoff_max_s: float = Field(default=2.0, ge=0)
@@ -34,10 +35,8 @@ class GradingSettings(_Section):
     max_tasks: int = Field(default=256, ge=1, description="Cap on tasks per poll.")
     items_per_round: int = Field(default=64, ge=1, description="Responses each external grader sees per round.")
     rate_limit_per_min: int = Field(default=600, ge=1, description="Requests per grader per minute.")
-    max_body_bytes: int = Field(default=1 << 20, ge=1024)
-    max_client_concurrency: int = Field(
-        default=64, ge=1, description="Requests one client (token or address) may have in flight; more get 429."
-    )
+    max_body_bytes: MaxBodyBytes = 1 << 20
+    max_client_concurrency: MaxClientConcurrency = 64
     max_graders: int = Field(default=64, ge=1, description="Bounds the grader label of metrics.")
 
 
@@ -64,18 +63,18 @@ class RewardServerSettings(_Section):
         "ground_truth: 1 if it equals the request's label (the only mode that reads labels).",
     )
     samples_per_prompt: int | None = Field(default=None, ge=1, description="G per member; None: rounds' G.")
-    cache_size: int = Field(default=4096, ge=1, description="Prompts whose member samples are kept.")
-    cache_ttl_s: float = Field(default=600.0, gt=0, description="Life of cached samples (weights move on).")
     max_concurrency: int = Field(default=4, ge=1, description="Member sampling calls in flight at once.")
     max_prompts_per_call: int = Field(default=16, ge=1, description="Prompts per member generate call.")
+    cache_size: int = Field(default=4096, ge=1, description="Prompts whose member samples are kept.")
+    cache_ttl_s: float = Field(default=600.0, gt=0, description="Life of cached samples (weights move on).")
+    # What one reward request may be:
     max_queries: int = Field(default=4096, ge=1, description="Responses per request.")
-    timeout_s: float = Field(default=120.0, gt=0, description="A request not scored in time gets 503.")
-    max_body_bytes: int = Field(
+    max_body_bytes: MaxBodyBytes = Field(
         default=8 << 20,
-        ge=1024,
         description="Bound on a reward request's body, checked before it is read (413): a few thousand queries "
         "of a few KB each; raise it with max_queries for longer responses.",
     )
+    timeout_s: float = Field(default=120.0, gt=0, description="A request not scored in time gets 503.")
     end_markers: list[str] = Field(
         default_factory=lambda: list(_END_MARKERS), description="Stripped from the end of a response."
     )

@@ -8,6 +8,8 @@ from pathlib import Path
 from pydantic import AliasChoices, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from corl.services.settings import ConnectRetries, ConnectTimeout
+
 
 class EvaluatorSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="CORL_EVALUATOR_", env_nested_delimiter="__", extra="ignore")
@@ -30,8 +32,8 @@ class EvaluatorSettings(BaseSettings):
     redis_timeout_s: float = Field(default=10.0, gt=0, description="Socket timeout of every Redis call.")
     record_attempts: int = Field(default=3, ge=1, description="tenacity attempts of a reading's Redis write.")
     info_timeout_s: float = Field(default=5.0, gt=0, description="Timeout of a member's GET /v1/info.")
-    connect_timeout_s: float = Field(default=5.0, gt=0, description="Connect timeout of every member request.")
-    transport_retries: int = Field(default=2, ge=0, description="httpx connect retries.")
+    connect_timeout_s: ConnectTimeout = 5.0
+    transport_retries: ConnectRetries = 2
     stop_timeout_s: float = Field(
         default=30.0, gt=0, description="How long shutdown waits for a reading in progress to stop."
     )

@@ -8,6 +8,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from corl.services.settings import MaxBodyBytes, MaxClientConcurrency
+
 from .backends.vllm_engine import EngineOptions
 
 
@@ -62,11 +64,10 @@ class ServerSettings(BaseSettings):
         "task). Unset: every task but code, whose answers run programs: a server runs them only when told to.",
     )
     max_tokens: int = Field(default=256, ge=1)
-    max_body_bytes: int = Field(default=1 << 20, ge=1)
-    max_client_concurrency: int = Field(
+    max_body_bytes: MaxBodyBytes = 1 << 20
+    max_client_concurrency: MaxClientConcurrency = Field(
         default=512,
-        ge=1,
-        description="Requests one client (token or address) may have in flight; more get 429. The run's own "
+        description="Requests one client (token or address) may have in flight (429 past it). The run's own "
         "clients share the cohort token: keep it above the aggregator's and evaluator's connections together.",
     )
     request_timeout_s: float = Field(default=120.0, gt=0.0, description="Backend time limit per request (503).")

@@ -7,6 +7,8 @@ import os
 from pydantic import AliasChoices, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from corl.services.settings import MaxBodyBytes, MaxClientConcurrency
+
 
 class SandboxSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="CORL_SANDBOX_", extra="ignore")
@@ -22,7 +24,5 @@ class SandboxSettings(BaseSettings):
         description="Programs run at once; more wait their turn (default: one per CPU).",
     )
     max_queued: int = Field(default=256, ge=1, description="Programs waiting at once; more get 503.")
-    max_body_bytes: int = Field(default=2 << 20, ge=1024, description="Request body bound (413 past it).")
-    max_client_concurrency: int = Field(
-        default=512, ge=1, description="Requests one client may have in flight (429 past it)."
-    )
+    max_body_bytes: MaxBodyBytes = 2 << 20
+    max_client_concurrency: MaxClientConcurrency = 512

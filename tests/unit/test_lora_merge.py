@@ -79,3 +79,20 @@ def test_adapters_beyond_plain_lora_are_refused_and_serving_goes_on(tmp_path: Pa
     assert backend.weight_version == 0
     for name, tensor in backend._active.model.state_dict().items():  # type: ignore[union-attr]
         assert torch.equal(tensor, before[name]), name
+
+
+@pytest.mark.parametrize("transposed", [False, True])
+def test_a_float32_adapter_merges_into_a_bfloat16_weight_rounded_once(transposed: bool) -> None:
+    from corl.services.model.backends.adapters import Delta
+
+    g = torch.Generator().manual_seed(0)
+    a, b = torch.randn(4, 16, generator=g), torch.randn(8, 4, generator=g)
+    initial = torch.randn(8, 16, generator=g).to(torch.bfloat16)
+    product = b @ a
+    if transposed:
+        initial = initial.T.contiguous()
+        product = product.T
+    weight = torch.empty_like(initial)
+    Delta(a=a, b=b, scale=0.5, transposed=transposed).merge_into(weight, initial)
+    assert weight.dtype == torch.bfloat16
+    assert torch.equal(weight, (initial.float() + 0.5 * product).to(torch.bfloat16))

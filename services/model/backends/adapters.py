@@ -31,7 +31,12 @@ class Delta:
     transposed: bool  # the weight is stored (in, out): GPT-2's Conv1D
 
     def merge_into(self, weight: torch.Tensor, initial: torch.Tensor) -> None:
-        """``weight`` := ``initial`` + scale * B @ A, in place."""
+        """``weight`` := ``initial`` + scale * B @ A, in place. An adapter trained in float32 on a
+        bfloat16 member is summed in float32 and rounded once, into the weight's dtype."""
+        if weight.dtype != self.a.dtype:
+            delta = self.b @ self.a
+            weight.copy_(initial.to(delta.dtype).add_(delta.T if self.transposed else delta, alpha=self.scale))
+            return
         weight.copy_(initial)
         if self.transposed:
             weight.addmm_(self.a.T, self.b.T, alpha=self.scale)

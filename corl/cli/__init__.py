@@ -9,6 +9,7 @@ from . import (
     data,
     evaluate,
     experiment,
+    plan,
     proto,
     run,
     secrets,
@@ -33,6 +34,7 @@ app.command("eval", help="Evaluate every member of a cohort on the task's held-o
 app.command("data", help="Show what the config's task source yields (splits, sample problems).")(data.show_data)
 app.command("train", help="Run one member's trainer.")(train.train)
 app.command("run", help="Run the whole loop on this machine (embedded default).")(run.run)
+app.command("plan", help="Show which GPUs each process of a run gets on one node.")(plan.plan_command)
 app.command("experiment", help="Compare reward modes on the same starting cohort.")(experiment.experiment)
 app.command("experiment-table", help="Combine experiments' results into one table.")(experiment.experiment_table)
 app.command("experiment-guard", help="Replay the collapse guard on finished runs.")(experiment.experiment_guard)

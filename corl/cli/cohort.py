@@ -41,12 +41,25 @@ def init(
     dtype: Annotated[
         str, typer.Option(help="packaged presets: dtype of the converted weights (float32, bfloat16).")
     ] = "float32",
+    from_hub: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--from-hub",
+            metavar="ID",
+            help="Instead of a preset: a Hugging Face Hub model, org/name[@revision][=member-name] (repeatable), "
+            "pinned to the commit it resolves to and linked from OUT (HF_HOME, HF_TOKEN, HF_HUB_OFFLINE apply).",
+        ),
+    ] = None,
 ) -> None:
-    """Build, warm up and save every member (or fetch and convert a packaged preset's); write cohort.json
-    and print it as a table. A packaged preset reuses the members already converted in OUT."""
+    """Build, warm up and save every member (or fetch and convert a packaged preset's, or pin hub models);
+    write cohort.json and print it as a table. A packaged preset reuses the members already converted in OUT."""
     from rich.console import Console
 
     from corl.cohort.packaged import PACKAGED_PRESETS
+
+    if from_hub:
+        build_hub_with_progress(out, Console(), from_hub)
+        return
 
     if preset in PACKAGED_PRESETS:
         build_packaged_with_progress(out, Console(), preset=preset, members=member, dtype=dtype)
@@ -192,6 +205,28 @@ def build_packaged_with_progress(
             raise typer.Exit(1) from None
     console.print(manifest_table(manifest))
     console.print(f"manifest: {out / 'cohort.json'}")
+
+
+def build_hub_with_progress(out: Path, console: Console, specs: list[str]) -> None:
+    """``corl.cohort.hub.build_hub_cohort`` with a line per step and the manifest table; a missing or
+    gated model exits with status 2, naming it."""
+    from corl.cohort.hub import build_hub_cohort
+    from corl.cohort.manifest import manifest_table
+    from corl.hub import HubError
+    from corl.preflight import PreflightError
+
+    steps = {"resolve": "resolving", "fetch": "fetching", "done": "pinned"}
+
+    def report(name: str, event: str, detail: str) -> None:
+        console.print(f"{name}: {steps.get(event, event)} {detail}", highlight=False, soft_wrap=True)
+
+    try:
+        manifest = build_hub_cohort(out, specs, progress=report)
+    except (HubError, PreflightError) as err:
+        console.print(f"[red]error: {err}[/red]", highlight=False)
+        raise typer.Exit(2) from None
+    console.print(manifest_table(manifest))
+    console.print(f"manifest: {out / 'cohort.json'}", highlight=False)
 
 
 @app.command("show")

@@ -20,13 +20,17 @@ def show_data(
 
     from corl.config import ConfigError, load_config
     from corl.data import load_splits
+    from corl.hub import HubError
 
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     try:
         cfg = load_config(config)
     except ConfigError as err:
         raise typer.BadParameter(str(err), param_hint="--config") from None
-    splits = load_splits(cfg.task, cfg.rounds.prompt_source.seed)
+    try:
+        splits = load_splits(cfg.task, cfg.rounds.prompt_source.seed)
+    except HubError as err:  # a hub data set that is missing, gated or not cached offline
+        raise typer.BadParameter(str(err), param_hint="--config") from None
     console = Console()
     console.print(
         f"task [bold]{cfg.task.name}[/] from {cfg.task.source or 'its own generator'}: "

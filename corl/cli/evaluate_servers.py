@@ -16,7 +16,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from .logs import setup_logging
-from .preflight import run_preflight
+from .preflight import pin_hub_models, run_preflight
 
 
 def eval_through_servers(
@@ -35,7 +35,7 @@ def eval_through_servers(
     from corl.embedded.config import PLANNED_REDIS_URL, embedded_config
     from corl.embedded.evaluate import ServerEval, evaluate_server
     from corl.embedded.processes import ChildDied, ProcessGroup, exit_on_sigterm
-    from corl.embedded.run import start_model_servers
+    from corl.embedded.start import start_model_servers
     from corl.services.http import bearer_headers
     from corl.tasks import get_task
 
@@ -57,7 +57,7 @@ def eval_through_servers(
     with tempfile.TemporaryDirectory(prefix="corl-eval-") as tmp:
         run_dir = Path(tmp)
         # Servers only: no Redis is contacted, the URL just fills the config.
-        cfg = embedded_config(run_dir, run_dir, PLANNED_REDIS_URL, base=base)
+        cfg = embedded_config(run_dir, run_dir, PLANNED_REDIS_URL, base=pin_hub_models(base, run_dir, console))
         run_preflight(cfg, run_dir, console, force=force, memory=memory, trainers=False)
         token = os.environ.get("CORL_COHORT_TOKEN") or secrets.token_urlsafe(24)  # its servers, its client only
         group = ProcessGroup(

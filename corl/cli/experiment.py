@@ -8,7 +8,7 @@ import typer
 import yaml
 
 from .logs import setup_logging
-from .preflight import FORCE_HELP, MEMORY_HELP, run_preflight
+from .preflight import FORCE_HELP, MEMORY_HELP, pin_hub_models, run_preflight
 
 
 def experiment(
@@ -55,6 +55,9 @@ def experiment(
     base = read_config(config, console) if config else None
     if base is None:
         ensure_cohort(cohort, console)
+    else:  # every run of the experiment trains the same pinned snapshots
+        out.mkdir(parents=True, exist_ok=True)
+        base = pin_hub_models(base, out, console)
     overrides = {}
     for item in settings:
         key, sep, value = item.partition("=")

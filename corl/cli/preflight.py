@@ -58,3 +58,36 @@ def run_preflight(
         )
         raise typer.Exit(2)
     console.print("[yellow]preflight: the run may not fit; starting it anyway (--force)[/yellow]")
+
+
+def pin_hub_models(cfg: CohortConfig, run_dir: Path, console: Console) -> CohortConfig:
+    """``cfg`` with its hub-id members resolved to pinned snapshots (``corl.hub.pin_models``; one line per
+    model); a missing or gated model exits with status 2, naming it, before anything starts."""
+    from corl.hub import HubError, pin_models
+
+    try:
+        pinned, pins = pin_models(cfg, run_dir)
+    except HubError as err:
+        console.print(f"[red]preflight: {err}[/red]", highlight=False)
+        raise typer.Exit(2) from None
+    for model in pins.values():
+        console.print(f"hub: {model.id} -> {model.commit[:12]} ({model.path})", highlight=False, soft_wrap=True)
+    return pinned
+
+
+def read_hub_data(cfg: CohortConfig, console: Console) -> None:
+    """A hub data set (``task.source: hf:...``) is read once here, before anything starts: a missing one
+    exits with status 2, naming it, and the services then read it from the cache."""
+    from corl.data.sources import parse_source
+
+    if cfg.task.source is None or parse_source(cfg.task.source)[0] != "hf":
+        return
+    from corl.data.hub import read_hub
+    from corl.hub import HubError
+
+    try:
+        _, provenance = read_hub(cfg.task.source.removeprefix("hf:"))
+    except HubError as err:
+        console.print(f"[red]preflight: {err}[/red]", highlight=False)
+        raise typer.Exit(2) from None
+    console.print("data: " + ", ".join(f"{k}={v}" for k, v in provenance.items()), highlight=False, soft_wrap=True)

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 import typer
 
 from .logs import setup_logging
-from .preflight import FORCE_HELP, MEMORY_HELP, run_preflight
+from .plan import GPUS_HELP, node_plan, show_plan
+from .preflight import FORCE_HELP, MEMORY_HELP, pin_hub_models, read_hub_data, run_preflight
 
 DEFAULT_ROUNDS = 40
 
@@ -43,6 +46,7 @@ def run(
     ),
     force: bool = typer.Option(False, "--force", help=FORCE_HELP),
     memory: str | None = typer.Option(None, "--memory", help=MEMORY_HELP),
+    gpus: int | None = typer.Option(None, "--gpus", min=0, help=GPUS_HELP),
 ) -> None:
     """Start a real Redis, a model server per member, the aggregator and a trainer per trained member."""
     from rich.console import Console
@@ -81,6 +85,8 @@ def run(
         raise refuse(f"{run_dir} already holds run {stored.run_id}: continue it with --resume {run_dir}")
     run_dir.mkdir(parents=True, exist_ok=True)
     base = read_config(config, console) if config else None
+    if base is not None:  # hub ids resolved once, pinned in the run directory (a resume finds the same commits)
+        base = pin_hub_models(base, run_dir, console)
     if base is None and stored is not None and cohort is None:
         base = stored  # resuming with the run's own config
     cohort = cohort or DEFAULT_COHORT_DIR
@@ -102,13 +108,21 @@ def run(
     except TrackerUnavailable as err:
         raise refuse(str(err)) from None
     run_preflight(planned, run_dir, console, force=force, memory=memory)
+    read_hub_data(planned, console)
+    # Which devices each server and trainer gets, shown when there are GPUs to place; refused when it does not fit.
+    placement = node_plan(planned, gpus, console)
+    if not show_plan(placement, console, always=False):
+        raise typer.Exit(2)
+    (run_dir / "placement.json").write_text(json.dumps(asdict(placement), indent=2) + "\n")
     redis_server = start_redis(run_dir)
     try:
         cfg = embedded_config(cohort, run_dir, redis_server.url, base=base, overrides=overrides)
         console.print(
             f"run {cfg.run_id}: {len(cfg.members)} members, reward {cfg.reward.mode}, {total} rounds -> {run_dir}"
         )
-        opts = RunOptions(rounds=total, eval_every=eval_every, restart=policy, resume=stored is not None)
+        opts = RunOptions(
+            rounds=total, eval_every=eval_every, restart=policy, resume=stored is not None, placement=placement
+        )
         result = run_embedded(cfg, run_dir, opts, console)
     except ChildDied:
         raise typer.Exit(1) from None

@@ -40,8 +40,20 @@ class SourceRecord(BaseModel):
     convert_seconds: float
 
 
+class HubRecord(BaseModel):
+    """Where a hub member came from: the id as given and the commit it was pinned to."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str  # org/name[@revision], as given to `corl cohort init --from-hub`
+    repo: str
+    revision: str
+    commit: str
+
+
 class MemberRecord(BaseModel):
-    """A member built and warmed up here (warm-up fields set) or converted from a packaged model (``source`` set)."""
+    """A member built and warmed up here (warm-up fields set), converted from a packaged model (``source``
+    set) or a Hugging Face Hub snapshot (``hub`` set; ``path`` links to it in the hub cache)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -55,6 +67,7 @@ class MemberRecord(BaseModel):
     in_band: bool | None = None
     rollbacks: int = 0
     source: SourceRecord | None = None
+    hub: HubRecord | None = None
 
 
 class CohortManifest(BaseModel):
@@ -90,6 +103,8 @@ def read_manifest(cohort_dir: str | Path) -> CohortManifest:
 
 def manifest_table(manifest: CohortManifest) -> Table:
     """The manifest as a rich table (one row per member)."""
+    if any(m.hub for m in manifest.members):
+        return _hub_table(manifest)
     if any(m.source for m in manifest.members):
         return _sources_table(manifest)
     from rich.table import Table
@@ -126,5 +141,18 @@ def _sources_table(manifest: CohortManifest) -> Table:
         pkgs = ", ".join(f"{p.name}=={p.version}" for p in s.packages)
         size = f"{s.converted_bytes / 2**20:,.0f} MiB"
         table.add_row(m.name, m.family, f"{m.params:,}", pkgs, s.license, s.dtype, size, s.gguf_sha256[:16])
+    table.caption = f"total {manifest.total_seconds:.1f} s"
+    return table
+
+
+def _hub_table(manifest: CohortManifest) -> Table:
+    from rich.table import Table
+
+    table = Table(title=f"cohort '{manifest.preset}'" + (f": {manifest.description}" if manifest.description else ""))
+    for col in ("member", "family", "params", "hub id", "commit"):
+        table.add_column(col, justify="right" if col == "params" else "left")
+    for m in manifest.members:
+        hub = m.hub
+        table.add_row(m.name, m.family, f"{m.params:,}", hub.id if hub else "built here", hub.commit[:12] if hub else "")
     table.caption = f"total {manifest.total_seconds:.1f} s"
     return table

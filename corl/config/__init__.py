@@ -11,6 +11,7 @@ from .cohort import CohortConfig
 from .endpoint import EndpointConfig
 from .loader import ConfigError, dump_config, load_config, parse_config
 from .members import MemberConfig
+from .placement import MemberTrainer, PlacementConfig
 from .reward import GuardConfig, JudgeConfig, ReliabilityConfig, RewardConfig, VoteConfig
 from .rounds import PromptSource, RoundsConfig
 from .sandbox import SandboxConfig
@@ -27,9 +28,11 @@ __all__ = [
     "JudgeConfig",
     "LoraConfig",
     "MemberConfig",
+    "MemberTrainer",
     "MemberVllm",
     "MlflowConfig",
     "Name",
+    "PlacementConfig",
     "PromptSource",
     "ReliabilityConfig",
     "RewardConfig",

@@ -8,6 +8,7 @@ from corl.proto import SamplingSettings
 
 from .base import Name, _Section
 from .members import MemberConfig
+from .placement import PlacementConfig
 from .reward import RewardConfig
 from .rounds import RoundsConfig
 from .sandbox import SandboxConfig
@@ -37,6 +38,9 @@ class CohortConfig(_Section):
     training: TrainingConfig = Field(default=TrainingConfig(), description="The trainers' loss, optimizer, publishing.")
     tracking: TrackingConfig = Field(default=TrackingConfig(), description="Experiment trackers to report to.")
     sandbox: SandboxConfig = Field(default=SandboxConfig(), description="Where the code task's programs may run.")
+    placement: PlacementConfig = Field(
+        default=PlacementConfig(), description="How the run's processes share one node's GPUs (corl plan)."
+    )
 
     @field_validator("task", mode="before")
     @classmethod

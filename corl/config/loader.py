@@ -56,7 +56,7 @@ def _resolve(p: str, base: Path) -> str:
 
 
 def _looks_like_hub_id(p: str) -> bool:
-    return p.count("/") == 1 and not p.startswith(".")
+    return p.split("@", 1)[0].count("/") == 1 and not p.startswith(".")  # org/name[@revision]
 
 
 def _resolve_dir(p: str | None, base: Path) -> str | None:

@@ -8,6 +8,7 @@ from pydantic import Field, model_validator
 
 from .base import Name, _Section
 from .endpoint import EndpointConfig
+from .placement import MemberTrainer
 from .scale import MemberVllm
 
 
@@ -16,7 +17,11 @@ class MemberConfig(_Section):
     (always frozen: it votes and grades, it never trains)."""
 
     name: Name = Field(description="The member's name in the run: its stream, metrics label and OpenAI model name.")
-    model: str | None = Field(default=None, description="Model directory (save_pretrained layout) or hub name.")
+    model: str | None = Field(
+        default=None,
+        description="Model directory (save_pretrained layout) or Hugging Face Hub id org/name[@revision], "
+        "which corl run resolves once and pins to a commit (hub.json in the run directory).",
+    )
     servers: list[str] = Field(default_factory=list, description="Base URLs of the member's server replicas.")
     endpoint: EndpointConfig | None = Field(
         default=None, description="An outside OpenAI-compatible server instead of model and servers."
@@ -42,6 +47,16 @@ class MemberConfig(_Section):
         "more than 1 shards the update under training.distributed.strategy.",
     )
     vllm: MemberVllm = Field(default_factory=MemberVllm, description="vLLM engine options (backend: vllm).")
+    gpus: int | None = Field(
+        default=None,
+        ge=0,
+        description="GPUs of each of the member's servers, and of its trainer unless trainer.gpus is set (as in "
+        "the Helm chart): a vLLM server shards the model over them (tensor_parallel_size), a trainer runs one "
+        "process per GPU (trainer_processes). 0: the CPU; None: corl plan places it on what is left.",
+    )
+    trainer: MemberTrainer = Field(
+        default_factory=MemberTrainer, description="The member's trainer, where it differs from its servers."
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -73,6 +88,47 @@ class MemberConfig(_Section):
         if self.vllm != MemberVllm() and self.backend != "vllm":
             raise ValueError(f"member {self.name!r}: vllm options need backend: vllm")
         return self
+
+    @model_validator(mode="after")
+    def _gpus_fit(self) -> MemberConfig:
+        """``gpus`` and ``trainer.gpus`` set what they imply (a vLLM server's tensor-parallel size, a
+        trainer's processes) and refuse a config that says otherwise."""
+        if self.endpoint is not None and (self.gpus is not None or self.trainer.gpus is not None):
+            raise ValueError(f"member {self.name!r} is an outside endpoint: corl places no process of it (no gpus)")
+        if self.role != "trained" and self.trainer.gpus is not None:
+            raise ValueError(f"member {self.name!r} is not trained: it has no trainer to give GPUs")
+        if self.gpus is not None and self.gpus > 1 and self.backend != "vllm":
+            raise ValueError(
+                f"member {self.name!r}: a transformers server uses one GPU; gpus: {self.gpus} needs backend: vllm "
+                "(tensor parallel), or set trainer.gpus for a larger trainer"
+            )
+        if self.gpus is not None and self.gpus >= 1 and self.backend == "vllm":
+            tp = self.vllm.tensor_parallel_size
+            if "tensor_parallel_size" in self.vllm.model_fields_set and tp != self.gpus:
+                raise ValueError(f"member {self.name!r}: gpus: {self.gpus} but vllm.tensor_parallel_size: {tp}")
+            if tp != self.gpus:
+                self.vllm = self.vllm.model_copy(update={"tensor_parallel_size": self.gpus})
+        trainer_gpus = self.trainer_gpus()
+        if self.role == "trained" and trainer_gpus:
+            n = self.trainer_processes
+            if "trainer_processes" in self.model_fields_set and n != trainer_gpus:
+                raise ValueError(
+                    f"member {self.name!r}: trainer_processes: {n} on {trainer_gpus} GPU(s); a trainer group runs "
+                    "one process per GPU (drop trainer_processes: the GPUs set it)"
+                )
+            self.trainer_processes = trainer_gpus
+        return self
+
+    def trainer_gpus(self) -> int | None:
+        """GPUs asked for the member's trainer: ``trainer.gpus``, else the member's ``gpus`` (None: not asked)."""
+        return self.trainer.gpus if self.trainer.gpus is not None else self.gpus
+
+    def server_gpus(self) -> int | None:
+        """GPUs asked for each of the member's servers: ``gpus``, else a vLLM tensor-parallel size above 1."""
+        if self.gpus is not None:
+            return self.gpus
+        tp = self.vllm.tensor_parallel_size
+        return tp if self.backend == "vllm" and tp > 1 else None
 
     @property
     def is_endpoint(self) -> bool:

@@ -15,8 +15,9 @@ class TaskConfig(_Section):
     name: str = Field(default="addition", description="Task plug-in: addition, math, code.")
     source: str | None = Field(
         default=None,
-        description="Problems: packaged:gsm8k|champ|humaneval, gym:<reasoning-gym generator>, or a local "
-        ".jsonl/.json/.parquet file or save_to_disk directory (relative to this file); None: the task's generator.",
+        description="Problems: packaged:gsm8k|champ|humaneval, gym:<reasoning-gym generator>, "
+        "hf:<org>/<name>[:<config>][@<split>] (a Hugging Face Hub data set), or a local .jsonl/.json/.parquet "
+        "file or save_to_disk directory (relative to this file); None: the task's generator.",
     )
     eval_fraction: float = Field(default=0.2, ge=0.0, lt=1.0, description="Share of the problems held out.")
     eval_size: int | None = Field(default=None, ge=0, description="Problems held out (overrides eval_fraction).")

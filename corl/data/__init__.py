@@ -20,6 +20,9 @@ if TYPE_CHECKING:
     from corl.config import TaskConfig
 
 log = logging.getLogger(__name__)
+# What the log line names of where problems came from: a package's name, version, sha256 and licence; a
+# hub data set's repo, config, split, commit and rows.
+PROVENANCE_KEYS = ("name", "version", "sha256", "license", "repo", "config", "split", "revision", "rows")
 
 
 def read_records(task_cfg: TaskConfig, seed: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
@@ -32,6 +35,10 @@ def read_records(task_cfg: TaskConfig, seed: int) -> tuple[list[dict[str, Any]],
         from .gym import generate
 
         return generate(name, size=task_cfg.size, seed=seed, options=task_cfg.options)
+    if kind == "hf":
+        from .hub import read_hub
+
+        return read_hub(name)
     return read_file(name), {"file": name}
 
 
@@ -69,7 +76,7 @@ def load_splits(task_cfg: TaskConfig, seed: int = 0) -> Splits:
         task.name,
         len(examples),
         task_cfg.source,
-        ", ".join(f"{k}={v}" for k, v in provenance.items() if k in ("name", "version", "sha256", "license")),
+        ", ".join(f"{k}={v}" for k, v in provenance.items() if k in PROVENANCE_KEYS),
         len(splits.rl),
         len(splits.eval),
     )

@@ -9,7 +9,6 @@ import os
 import secrets
 import shutil
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -19,19 +18,20 @@ from rich.console import Console
 from rich.live import Live
 
 from corl import redis_keys
-from corl.config import CohortConfig, dump_config
+from corl.config import CohortConfig
 from corl.heldout import HeldoutReader, client_timeout, is_due, tracking_record, write_reading
+from corl.placement import Plan
 from corl.proto import HeldoutAccuracy, MemberRoundStats, RoundStats, RunStats
 from corl.redis_auth import redis_auth
 from corl.redis_server import LocalRedis, free_port
 from corl.services.http import bearer_headers
-from corl.services.model.settings import engine_env
 from corl.streams import group_backlog
 from corl.tracking import Outcome, Tracking, build_tracking
 
-from .processes import ChildDied, ProcessGroup, RestartPolicy, corl_command, trainer_group_command
+from .processes import ChildDied, ProcessGroup, RestartPolicy
 from .progress import MemberSnapshot, MetricsHistory, RoundLog, RunSnapshot, render, summary_line
-from .resume import CONFIG_FILE, resume_line, resume_point, wait_batches_applied
+from .resume import resume_line, resume_point, wait_batches_applied
+from .start import start_services
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +55,9 @@ class RunOptions:
     start_accuracy: dict[str, HeldoutAccuracy] | None = None
     # Continue the run already in the run directory (its Redis, checkpoints, weights and history).
     resume: bool = False
+    # The device plan every server and trainer follows (CUDA_VISIBLE_DEVICES, a vLLM server's memory
+    # share: ``corl.placement``); None sets no devices.
+    placement: Plan | None = None
 
 
 @dataclass
@@ -64,91 +67,6 @@ class RunResult:
     final: dict[str, MemberSnapshot]
     history: Path
     interrupted: bool = False  # stopped by Ctrl-C / SIGTERM before its rounds were done
-
-
-def thread_env(cfg: CohortConfig, variable: str, trainers: bool = True) -> dict[str, str]:
-    """torch threads for one compute process: the cores this process may use, shared among every
-    server (and, with ``trainers``, every trainer) of the run, at least 1. Each would otherwise start
-    one thread per core, and on a small machine real models then spend their time in contended thread
-    pools (a 2-core round of the smol cohort took minutes instead of seconds). User-set variables win."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    processes = sum(len(m.servers) for m in cfg.members)
-    processes += sum(m.trainer_processes for m in cfg.members if m.role == "trained") if trainers else 0
-    n = str(max(1, cores // max(1, processes)))
-    return {k: os.environ.get(k, n) for k in (variable, "OMP_NUM_THREADS")}
-
-
-def start_model_servers(cfg: CohortConfig, group: ProcessGroup, trainers: bool = True) -> None:
-    """Start every member's servers (on the ports of their loopback URLs, with the member's backend) and
-    wait until they are ready. Their request time limit and token bound follow the config's rounds (long
-    real-model generations); ``trainers``: the run's trainers will share the cores with them."""
-    sampling = cfg.sampling()
-    env = {
-        "CORL_REQUEST_TIMEOUT_S": str(cfg.rounds.request_timeout_s),
-        "CORL_MAX_TOKENS": str(max(256, sampling.max_tokens)),
-        **thread_env(cfg, "CORL_NUM_THREADS", trainers),
-    }
-    for m in cfg.served_members():
-        for i, url in enumerate(m.servers):
-            port = url.rsplit(":", 1)[1]
-            group.start(
-                f"server-{m.name}-{i}",
-                corl_command(
-                    "serve",
-                    "model",
-                    "--model",
-                    m.model_path(),
-                    "--name",
-                    m.name,
-                    "--port",
-                    port,
-                    "--weights-root",
-                    cfg.weights_dir,
-                    "--backend",
-                    m.backend,
-                ),  # fmt: skip
-                health_url=f"{url}/readyz",
-                env={**env, **(engine_env(m.vllm.model_dump(exclude_none=True)) if m.backend == "vllm" else {})},
-            )
-    group.wait_healthy()
-
-
-def start_services(
-    cfg: CohortConfig,
-    run_dir: Path,
-    group: ProcessGroup,
-    aggregator_port: int,
-    before_rounds: Callable[[], None] = lambda: None,
-    before_aggregator: Callable[[], None] = lambda: None,
-) -> str:
-    """Start every server, call ``before_rounds`` (the start reading: nothing has trained yet), start
-    the trainers (each brings its member's servers to the newest published version), call
-    ``before_aggregator`` (a resumed run's trainers catch up there), then start the aggregator, which
-    samples the rounds; return its URL."""
-    config_path = run_dir / CONFIG_FILE
-    dump_config(cfg, config_path)
-    start_model_servers(cfg, group)
-    before_rounds()
-    for m in cfg.members:
-        if m.role == "trained":
-            metrics_port = free_port()
-            args = ("train", "--config", str(config_path), "--member", m.name, "--metrics-port", str(metrics_port))
-            group.start(
-                f"trainer-{m.name}",
-                trainer_group_command(m.trainer_processes, *args) if m.trainer_processes > 1 else corl_command(*args),
-                health_url=f"http://127.0.0.1:{metrics_port}/metrics",  # served once the trainer is ready
-                env=thread_env(cfg, "CORL_TRAINER_THREADS"),
-            )
-    group.wait_healthy()
-    before_aggregator()
-    agg_url = f"http://127.0.0.1:{aggregator_port}"
-    group.start(
-        "aggregator",
-        corl_command("serve", "aggregator", "--config", str(config_path), "--port", str(aggregator_port)),
-        health_url=f"{agg_url}/readyz",
-    )
-    group.wait_healthy()
-    return agg_url
 
 
 class RunMonitor:
@@ -322,7 +240,7 @@ def run_embedded(cfg: CohortConfig, run_dir: Path, opts: RunOptions, console: Co
                     wait_batches_applied(cfg, opts.drain_timeout_s, alive=group.check)
                 status.update("starting the aggregator...")
 
-            start_services(cfg, run_dir, group, port, before_rounds=start_reading, before_aggregator=catch_up)
+            start_services(cfg, run_dir, group, port, start_reading, catch_up, opts.placement)
         console.print(f"all services healthy; logs in {group.log_dir}")
         deadline: float | None = None
         live_view = console.is_terminal  # in logs the live table never draws: a line per round instead

@@ -100,7 +100,7 @@ def test_served_readings_take_the_version_0_and_the_final_reading() -> None:
 
 def test_thread_budget_shares_the_cores_among_the_runs_processes(monkeypatch: pytest.MonkeyPatch) -> None:
     from corl.config import parse_config
-    from corl.embedded.run import thread_env
+    from corl.embedded.start import thread_env
 
     members = [{"name": n, "model": "m", "servers": ["http://127.0.0.1:1"]} for n in ("a", "b")]
     cfg = parse_config({"members": members})

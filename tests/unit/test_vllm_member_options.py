@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from corl.config import MemberVllm, parse_config
-from corl.embedded.run import start_model_servers
+from corl.embedded.start import start_model_servers
 from corl.services.model.backends.vllm_engine import EngineOptions, engine_kwargs
 from corl.services.model.settings import ServerSettings, engine_env
 

@@ -152,7 +152,7 @@ def _hub_table(manifest: CohortManifest) -> Table:
     for col in ("member", "family", "params", "hub id", "commit"):
         table.add_column(col, justify="right" if col == "params" else "left")
     for m in manifest.members:
-        hub = m.hub
-        table.add_row(m.name, m.family, f"{m.params:,}", hub.id if hub else "built here", hub.commit[:12] if hub else "")
+        source, commit = (m.hub.id, m.hub.commit[:12]) if m.hub else ("built here", "")
+        table.add_row(m.name, m.family, f"{m.params:,}", source, commit)
     table.caption = f"total {manifest.total_seconds:.1f} s"
     return table

@@ -1,0 +1,263 @@
+"""One member's weight-transfer group on torch.distributed, and the protocol of one version.
+
+The group is a process group of its own (not torch's default group, which a trainer group already
+uses): rank 0 is the trainer (the sender), each server replica takes the next ranks. The trainer
+hosts the rendezvous (a ``TCPStore``); every group gets a fresh id, its keys a prefix of their own,
+so a group rebuilt after a failure never meets the old one. gloo on the CPU (tested here), NCCL
+between GPUs (the same calls, CUDA tensors; not run here).
+
+One version, on every rank in the same order:
+
+1. *agree*: each rank states the version and whether it takes it (an all-gather of two numbers). A
+   receiver that refused (a stale version, a manifest that is not its model's) says no here, before a
+   byte moves; then no rank sends or receives, and the group stays usable.
+2. *tensors*: rank 0 broadcasts each tensor in manifest order, in pieces of at most 32 MiB with a few in
+   flight (gloo then keeps two connections busy); receivers land them straight in their destination.
+3. *fingerprints*: rank 0 broadcasts the fingerprint of each tensor as it sent it; a receiver compares
+   them with its own of what arrived (``fingerprint``).
+
+Any failed or timed-out collective raises ``TransferError``: the group is then unusable on every rank
+and is closed (which makes the others' pending collectives fail at once instead of at their timeout).
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, Literal
+
+import torch
+import torch.distributed as dist
+
+from .fingerprint import FingerprintKind, fingerprint
+
+log = logging.getLogger(__name__)
+
+GroupBackend = Literal["gloo", "nccl"]
+PIECE_BYTES = 32 << 20
+IN_FLIGHT = 4
+GLOO_CONNECTIONS = 2  # gloo devices per group: ops alternate between them, two TCP streams per peer
+
+
+class TransferError(RuntimeError):
+    """A collective failed or timed out: the group is unusable (every rank closes it)."""
+
+
+class TransferRefused(RuntimeError):
+    """A rank said no to this version in the agree step; nothing was sent. ``ranks``: who refused."""
+
+    def __init__(self, version: int, ranks: list[int]):
+        super().__init__(f"version {version} refused by rank(s) {ranks}: nothing was sent")
+        self.ranks = ranks
+
+
+class FingerprintMismatch(ValueError):
+    """Tensors that arrived with other bytes than were sent (``names``)."""
+
+    def __init__(self, names: list[str]):
+        super().__init__(f"{len(names)} tensor(s) arrived with a different fingerprint: {names[:5]}")
+        self.names = names
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def dtype_of(name: str) -> torch.dtype:
+    dtype = getattr(torch, name, None)
+    if not isinstance(dtype, torch.dtype):
+        raise ValueError(f"not a torch dtype: {name!r}")
+    return dtype
+
+
+def fingerprint_kind(backend: GroupBackend) -> FingerprintKind:
+    return "wsum-64" if backend == "nccl" else "xxh3-64"
+
+
+def local_address(towards: str) -> str:
+    """This host's address on the route to ``towards`` (a host name or address): what a peer there
+    can reach us at. No packet is sent (a UDP socket's connect only picks the route)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            s.connect((socket.gethostbyname(towards), 9))
+            return str(s.getsockname()[0])
+        except OSError:
+            return "127.0.0.1"
+
+
+@dataclass(frozen=True)
+class GroupSpec:
+    group_id: str
+    master_address: str
+    master_port: int
+    rank: int
+    world_size: int
+    backend: GroupBackend
+    timeout_s: float
+
+    @property
+    def timeout(self) -> timedelta:
+        return timedelta(seconds=self.timeout_s)
+
+
+def open_store(spec: GroupSpec, master: bool) -> dist.TCPStore:
+    """The rendezvous: the trainer hosts it (``master``; port 0 picks a free one), receivers connect."""
+    return dist.TCPStore(
+        spec.master_address,
+        spec.master_port,
+        None,
+        master,
+        spec.timeout,
+        wait_for_workers=False,
+    )
+
+
+class TransferGroup:
+    """This process's rank in one weight-transfer group (build with ``join``)."""
+
+    def __init__(self, spec: GroupSpec, pg: Any, device: torch.device):
+        self.spec, self._pg, self.device = spec, pg, device
+        self.kind = fingerprint_kind(spec.backend)
+        self.broken = False
+
+    @property
+    def group_id(self) -> str:
+        return self.spec.group_id
+
+    @classmethod
+    def join(cls, spec: GroupSpec, store: dist.Store, device: torch.device | None = None) -> TransferGroup:
+        """Build this rank's side; blocks until every rank has joined, or the timeout (``TransferError``)."""
+        prefixed = dist.PrefixStore(f"corl/{spec.group_id}", store)
+        try:
+            if spec.backend == "nccl":
+                pg = _nccl_group(prefixed, spec)
+                device = device or torch.device("cuda", torch.cuda.current_device())
+            else:
+                opts = dist.ProcessGroupGloo._Options()  # type: ignore[attr-defined]
+                opts._timeout = spec.timeout
+                host = local_address(spec.master_address)
+                opts._devices = [dist.ProcessGroupGloo.create_device(hostname=host)] * GLOO_CONNECTIONS
+                pg = dist.ProcessGroupGloo(prefixed, spec.rank, spec.world_size, opts)
+                device = torch.device("cpu")
+        except (RuntimeError, ValueError) as err:
+            raise TransferError(f"could not join weight group {spec.group_id}: {err}") from err
+        log.info("joined weight group %s: rank %d of %d, %s", spec.group_id, spec.rank, spec.world_size, spec.backend)
+        return cls(spec, pg, device)
+
+    def close(self) -> None:
+        """Leave the group; peers' pending collectives then fail at once. Idempotent."""
+        pg, self._pg = self._pg, None
+        self.broken = True
+        if pg is not None:
+            try:
+                pg.abort()
+            except Exception:  # noqa: BLE001 - leaving a group that is already gone
+                log.debug("abort of weight group %s failed", self.group_id, exc_info=True)
+
+    # -- collectives ---------------------------------------------------------------------------------
+
+    def _wait(self, work: Any) -> None:
+        try:
+            work.wait()
+        except Exception as err:  # noqa: BLE001 - gloo and NCCL report a lost peer or a timeout as RuntimeError
+            self.broken = True
+            raise TransferError(f"weight group {self.group_id}: {err}") from err
+
+    def _broadcast(self, tensor: torch.Tensor) -> Any:
+        if self._pg is None:
+            raise TransferError(f"weight group {self.group_id} is closed")
+        opts = dist.BroadcastOptions()
+        opts.rootRank = 0
+        try:
+            return self._pg.broadcast([tensor], opts)
+        except Exception as err:  # noqa: BLE001 - an op on a broken group fails when issued
+            self.broken = True
+            raise TransferError(f"weight group {self.group_id}: {err}") from err
+
+    def agree(self, version: int, accept: bool) -> None:
+        """Step 1: every rank's (version, yes/no); ``TransferRefused`` when any rank says no or the
+        versions differ (a rank still on another version's call)."""
+        if self._pg is None:
+            raise TransferError(f"weight group {self.group_id} is closed")
+        mine = torch.tensor([version, int(accept)], dtype=torch.int64, device=self.device)
+        out = [torch.empty_like(mine) for _ in range(self.spec.world_size)]
+        try:
+            work = self._pg.allgather([out], [mine])
+        except Exception as err:  # noqa: BLE001
+            self.broken = True
+            raise TransferError(f"weight group {self.group_id}: {err}") from err
+        self._wait(work)
+        said = [(int(t[0]), int(t[1])) for t in out]
+        refused = [r for r, (v, ok) in enumerate(said) if v != version or not ok]
+        if refused:
+            raise TransferRefused(version, refused)
+
+    def _pipelined(
+        self, tensors: Sequence[torch.Tensor], before: Callable[[int], None], after: Callable[[int], None]
+    ) -> None:
+        """Broadcast every tensor in pieces, a few in flight: ``before(i)`` as tensor i's pieces are about
+        to go, ``after(i)`` once they all went (each overlaps the pieces still in flight)."""
+        pending: deque[tuple[Any, int | None]] = deque()
+        for i, t in enumerate(tensors):
+            if not t.is_contiguous():
+                raise ValueError("weight broadcasts send and receive contiguous tensors")
+            before(i)
+            flat = t.view(-1)
+            pieces = flat.split(max(1, PIECE_BYTES // t.element_size())) if flat.numel() else (flat,)
+            for j, piece in enumerate(pieces):
+                pending.append((self._broadcast(piece), i if j == len(pieces) - 1 else None))
+                while len(pending) > IN_FLIGHT:
+                    self._finish(*pending.popleft(), after)
+        while pending:
+            self._finish(*pending.popleft(), after)
+
+    def _finish(self, work: Any, done: int | None, after: Callable[[int], None]) -> None:
+        self._wait(work)
+        if done is not None:
+            after(done)
+
+    def send(self, version: int, tensors: Sequence[torch.Tensor]) -> int:
+        """Rank 0: one version (steps 1-3); returns the bytes sent. Tensors on this group's device."""
+        self.agree(version, True)
+        prints = [0] * len(tensors)
+
+        def before(i: int) -> None:  # the fingerprint of what is sent, taken while earlier pieces fly
+            prints[i] = fingerprint(tensors[i], self.kind)
+
+        self._pipelined(tensors, before, lambda i: None)
+        self._wait(self._broadcast(torch.tensor(prints, dtype=torch.int64, device=self.device)))
+        return sum(t.numel() * t.element_size() for t in tensors)
+
+    def refuse(self, version: int) -> None:
+        """A receiver's no to this version (step 1 only); raises ``TransferRefused`` as every rank does."""
+        self.agree(version, False)
+
+    def receive(self, version: int, names: Sequence[str], dests: Sequence[torch.Tensor]) -> None:
+        """A receiver: one version into ``dests`` (contiguous, this group's device, the manifest's dtypes
+        and shapes); ``FingerprintMismatch`` naming the tensors whose bytes differ from what was sent."""
+        self.agree(version, True)
+        prints: list[int] = [0] * len(dests)
+
+        def after(i: int) -> None:  # fingerprints of the tensors already in, while the next pieces arrive
+            prints[i] = fingerprint(dests[i], self.kind)
+
+        self._pipelined(dests, lambda i: None, after)
+        sent = torch.empty(len(dests), dtype=torch.int64, device=self.device)
+        self._wait(self._broadcast(sent))
+        bad = [names[i] for i, (a, b) in enumerate(zip(prints, sent.tolist(), strict=True)) if a != b]
+        if bad:
+            raise FingerprintMismatch(bad)
+
+
+def _nccl_group(store: dist.Store, spec: GroupSpec) -> Any:
+    """A standalone NCCL process group (GPU builds of torch only)."""
+    nccl = getattr(dist, "ProcessGroupNCCL", None)
+    if nccl is None or not torch.cuda.is_available():
+        raise ValueError("an NCCL weight group needs CUDA and a torch built with NCCL")
+    opts = nccl.Options()
+    opts._timeout = spec.timeout
+    return nccl(store, spec.rank, spec.world_size, opts)

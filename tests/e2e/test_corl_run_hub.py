@@ -1,6 +1,6 @@
 """``corl run --config`` with hub-id members, offline: the members come from a Hugging Face cache this
 test builds (``HF_HOME``, ``HF_HUB_OFFLINE=1``; tiny-cohort members saved by transformers in the
-snapshot layout), the run trains 2 rounds on the pinned snapshots, the run directory records the
+snapshot layout, untrained: the random control gives them something to learn), the run trains 2 rounds on the pinned snapshots, the run directory records the
 commits, and a resume after the branch moved on keeps training the same snapshots."""
 
 from __future__ import annotations
@@ -40,11 +40,12 @@ def test_hub_members_train_on_pinned_snapshots_and_resume_on_the_same(tmp_path: 
                     {"name": "gpt2", "model": "tiny-org/gpt2-small@main", "servers": ["http://127.0.0.1:2"]},
                 ],
                 "rounds": {"prompts_per_round": 4, "samples_per_prompt": 4},
+                "reward": {"mode": "random"},
             }
         )
     )
     run_dir = tmp_path / "run"
-    args = ["run", "--config", str(config), "--out", str(run_dir), "--rounds", "2", "--reward", "self_vote"]
+    args = ["run", "--config", str(config), "--out", str(run_dir), "--rounds", "2"]
     res = _corl(*args, "--eval-every", "1000", cwd=tmp_path, env=env)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
 

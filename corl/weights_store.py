@@ -4,6 +4,11 @@ The checksum of a directory is sha256 over the bytes of every ``*.safetensors`` 
 it, in sorted file-name order, then of its ``adapter_config.json`` when it has one (a LoRA
 adapter's scale, rank and targets are there: a changed config changes the weights served). Trainers
 write it when they publish; model servers verify it before they swap. Pure file I/O: no torch.
+
+The same bytes also have an XXH3-128 digest (``fast_digest``; trainers write it beside, as ``XXH3``):
+a server checks that one when the update names it, ~20 GB/s on one core where sha256 does ~1.5. A
+checksum passed around as a string is sha256 hex or ``xxh3-128:<hex>`` (``checksum_files`` computes
+either).
 """
 
 from __future__ import annotations
@@ -11,9 +16,11 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 _CHUNK = 1 << 22
 ADAPTER_CONFIG = "adapter_config.json"
+XXH3_PREFIX = "xxh3-128:"
 
 
 class WeightsNotFoundError(FileNotFoundError):
@@ -54,9 +61,27 @@ def recorded_digest(directory: str | Path, recorded: str) -> str:
     return digest(d)
 
 
-def digest_files(files: Iterable[Path]) -> str:
-    """The digest over these files' bytes, in the order given."""
-    h = hashlib.sha256()
+def fast_digest(directory: str | Path) -> str:
+    """XXH3-128 hex digest of a weights directory: the same bytes as ``digest``."""
+    return digest_files(checksummed_files(directory), xxh3=True)
+
+
+def checksum_files(files: Iterable[Path], like: str) -> str:
+    """The checksum of these files in the notation of ``like``: sha256 hex or ``xxh3-128:<hex>``."""
+    if like.startswith(XXH3_PREFIX):
+        return XXH3_PREFIX + digest_files(files, xxh3=True)
+    return digest_files(files)
+
+
+def digest_files(files: Iterable[Path], xxh3: bool = False) -> str:
+    """The digest over these files' bytes, in the order given: sha256, or XXH3-128 (``xxh3``)."""
+    h: Any
+    if xxh3:
+        import xxhash
+
+        h = xxhash.xxh3_128()
+    else:
+        h = hashlib.sha256()
     buf = bytearray(_CHUNK)
     view = memoryview(buf)
     for path in files:

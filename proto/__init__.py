@@ -57,7 +57,17 @@ from .reward_server import (
     SlimeRewardResponse,
 )
 from .sandbox import ProgramLimits, ProgramStatus, RunProgramRequest, RunProgramResponse
-from .weights import WeightFormat, WeightUpdateRequest, WeightUpdateResponse
+from .weights import (
+    GroupBackend,
+    TensorMeta,
+    WeightBroadcastRequest,
+    WeightFormat,
+    WeightTransfer,
+    WeightTransferRequest,
+    WeightTransferResponse,
+    WeightUpdateRequest,
+    WeightUpdateResponse,
+)
 
 CONTRACT_VERSION = "2"
 
@@ -101,6 +111,12 @@ __all__ = [
     "RunProgramResponse",
     "WeightUpdateRequest",
     "WeightUpdateResponse",
+    "GroupBackend",
+    "TensorMeta",
+    "WeightBroadcastRequest",
+    "WeightTransfer",
+    "WeightTransferRequest",
+    "WeightTransferResponse",
     "GraderMode",
     "GraderRegistered",
     "GraderRegistration",

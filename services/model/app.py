@@ -20,6 +20,7 @@ from .openapi import publish_bounds
 from .routes import router
 from .serving import ModelServing
 from .settings import ServerSettings
+from .transfer import WeightTransferServing
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +51,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     serving = ModelServing(settings, backend, app.state.metrics)
     app.state.serving = serving
     app.state.openai = OpenAIServing(serving)
+    app.state.transfer = WeightTransferServing(serving)
     # Load in the background: /healthz answers at once and /readyz says 503 until the model is in.
     loading = asyncio.create_task(serving.start(), name="corl-model-load")
     try:
@@ -59,7 +61,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await loading
         await serving.close()
-        app.state.serving = app.state.openai = None
+        app.state.serving = app.state.openai = app.state.transfer = None
 
 
 def create_app(settings: ServerSettings | None = None, backend: Backend | None = None) -> FastAPI:
@@ -78,6 +80,7 @@ def create_app(settings: ServerSettings | None = None, backend: Backend | None =
         cohort_token=secret_value(settings.cohort_token),
         backend_override=backend,
         openai=None,
+        transfer=None,
     )
     publish_bounds(app, settings)
     return app

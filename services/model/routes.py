@@ -17,6 +17,9 @@ from corl.proto import (
     HealthResponse,
     InfoResponse,
     ReadyResponse,
+    WeightBroadcastRequest,
+    WeightTransferRequest,
+    WeightTransferResponse,
     WeightUpdateRequest,
     WeightUpdateResponse,
 )
@@ -25,6 +28,7 @@ from corl.services.service_app import started
 
 from .metrics import ServerMetrics
 from .serving import ModelServing
+from .transfer import WeightTransferServing
 
 
 # Dependencies are ``async def``: FastAPI would run a plain ``def`` in a worker thread, a thread hop per request.
@@ -36,7 +40,12 @@ async def get_serving(request: Request) -> ModelServing:
     return started(request, "the model server")
 
 
+async def get_transfer(request: Request) -> WeightTransferServing:
+    return started(request, "the model server", "transfer")
+
+
 Serving = Annotated[ModelServing, Depends(get_serving)]
+Transfer = Annotated[WeightTransferServing, Depends(get_transfer)]
 Metrics = Annotated[ServerMetrics, Depends(get_metrics)]
 Cohort = Depends(require_cohort)
 
@@ -74,6 +83,26 @@ async def grade(body: GradeRequest, serving: Serving) -> Response:
 )
 async def update_weights(body: WeightUpdateRequest, serving: Serving) -> WeightUpdateResponse:
     return await serving.update_weights(body)
+
+
+@router.post(
+    "/v1/weights/transfer",
+    response_model=WeightTransferResponse,
+    responses=error_responses(401, 403, 413, 422, 503),
+    dependencies=[Depends(require_admin)],
+)
+async def join_weight_group(body: WeightTransferRequest, transfer: Transfer) -> WeightTransferResponse:
+    return await transfer.join(body)
+
+
+@router.post(
+    "/v1/weights/broadcast",
+    response_model=WeightUpdateResponse,
+    responses=error_responses(401, 403, 409, 413, 422, 503),
+    dependencies=[Depends(require_admin)],
+)
+async def receive_weights(body: WeightBroadcastRequest, transfer: Transfer) -> WeightUpdateResponse:
+    return await transfer.receive(body)
 
 
 @router.get("/v1/info", response_model=InfoResponse, responses=error_responses(503))

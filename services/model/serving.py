@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
+from corl import weights_store
 from corl.proto import (
     GenerateRequest,
     GenerateResponse,
@@ -326,13 +327,15 @@ class ModelServing:
     async def update_weights(self, req: WeightUpdateRequest) -> WeightUpdateResponse:
         self._check_in_store(req.uri)
         self.require_ready()
+        # The faster digest of the same bytes when the trainer sent one (corl.weights_store).
+        checksum = f"{weights_store.XXH3_PREFIX}{req.xxh3_128}" if req.xxh3_128 else req.sha256
         async with self._swap_lock:
             previous = self.backend.weight_version
             try:
                 if req.version <= previous:
                     raise StaleVersionError(f"version {req.version} is not newer than the serving version {previous}")
                 seconds = await self._bounded(
-                    self.backend.load_weights(req.version, req.uri, req.format, req.sha256),
+                    self.backend.load_weights(req.version, req.uri, req.format, checksum),
                     self.settings.swap_timeout_s,
                     "weight load",
                 )

@@ -8,7 +8,9 @@ lives in the serving layer, so a new backend implements only this class.
 Atomicity contract: every output carries the ``weight_version`` that produced *all* of it, and
 ``load_weights`` loads beside the serving weights and swaps in one step; a failed load leaves the
 old weights serving. Versions only move forward. A stream (``stream``) holds one version from its
-first token to its last, however many swaps land meanwhile.
+first token to its last, however many swaps land meanwhile. A backend that can take a version from
+the member's weight group (``join_weight_group``, ``receive_weights``: the in-memory path, see
+``corl.transfer``) keeps the same contract for it.
 """
 
 from __future__ import annotations
@@ -16,12 +18,17 @@ from __future__ import annotations
 import abc
 from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from corl.services.errors import ConflictError, InvalidInputError, UnavailableError
 
+if TYPE_CHECKING:
+    from corl.transfer import GroupSpec
+
 WeightFormat = Literal["full", "lora"]
 FinishReason = Literal["stop", "length"]
+#: A broadcast's manifest: (state-dict name, dtype name, shape) per tensor, in sending order.
+Manifest = Sequence[tuple[str, str, tuple[int, ...]]]
 
 
 @dataclass(frozen=True)
@@ -99,6 +106,18 @@ class StaleVersionError(ConflictError):
     """The offered version is not newer than the one serving: 409."""
 
     default_field = "version"
+
+
+class TransferAbortedError(ConflictError):
+    """Another rank of the weight group refused this version, so nothing was sent: 409; the serving
+    weights are untouched (the trainer brings this replica up from the version's files)."""
+
+    default_field = "version"
+
+
+class WeightGroupError(BackendError):
+    """The weight group's collective failed or timed out (a peer died or hung): 503. The previous
+    version serves (kept, or restored from its files), and the server has left the group."""
 
 
 class Backend(abc.ABC):
@@ -187,8 +206,36 @@ class Backend(abc.ABC):
         file-name order (``corl.weights_store.digest``); verify it before swapping.
         Raises ``StaleVersionError`` if ``version <= weight_version`` and ``WeightLoadError`` for
         unusable weights; in both cases the old weights keep serving. Requests already running
-        finish on the old weights.
+        finish on the old weights. ``sha256`` may instead be ``xxh3-128:<hex>``: a digest of the
+        same bytes (``corl.weights_store.checksum_files`` verifies either).
         """
+
+    # --- the in-memory path (a backend that has it overrides all four) -------------------------------
+    @property
+    def weight_group(self) -> str | None:
+        """Id of the weight group this backend is in (None: in none)."""
+        return None
+
+    def transfer_dtype(self) -> str | None:
+        """The dtype a broadcast must send floating-point tensors in (None: this backend takes files only)."""
+        return None
+
+    async def join_weight_group(self, spec: GroupSpec) -> list[int]:
+        """Join the member's weight group (leaving any other); return the ranks held. Blocks until every
+        rank has joined; ``WeightGroupError`` at the timeout."""
+        raise WeightLoadError(f"the {self.kind} backend takes weights from files only", field="backend")
+
+    async def receive_weights(self, version: int, manifest: Manifest, uri: str | None) -> float:
+        """Take ``version`` from the weight group as it is broadcast (in manifest order), verify every
+        tensor's fingerprint, flip; return seconds taken. A stale version (``StaleVersionError``) or a
+        manifest that is not the serving model's (``WeightLoadError``) is refused before a byte moves;
+        changed bytes raise ``WeightLoadError``, a failed collective ``WeightGroupError``, another
+        rank's refusal ``TransferAbortedError``. In every case the previous version keeps serving (a
+        backend that loads in place restores it from its files, ``uri`` of the broadcast before)."""
+        raise WeightLoadError(f"the {self.kind} backend takes weights from files only", field="backend")
+
+    async def leave_weight_group(self) -> None:  # noqa: B027 - a files-only backend is in no group
+        """Leave the weight group, if in one."""
 
 
 def first_too_long(tokenizer: Any, prompts: Sequence[str], max_tokens: int, limit: int | None) -> int | None:

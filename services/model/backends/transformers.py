@@ -9,7 +9,9 @@ is such a run whose decode loop hands each step's tokens to the server's loop as
 Swap cost is therefore a file read plus one ``load_state_dict`` copy (what a raw load costs),
 with the checksum computed on a second thread at the same time. A LoRA adapter is merged in place
 (``adapters``): the weights it targets are reset from a kept copy of their initial values and its
-deltas added, so the rest of the model (the embeddings) is never re-read.
+deltas added, so the rest of the model (the embeddings) is never re-read. A version taken from the
+member's weight group (``receive_weights``) lands the same way: each broadcast tensor straight in the
+spare's tensor, fingerprints checked, one flip; a transfer that fails never touched the serving copy.
 """
 
 from __future__ import annotations
@@ -32,16 +34,29 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 
 from corl import weights_store
 from corl.models.sampling import sample
+from corl.transfer import (
+    FingerprintMismatch,
+    GroupSpec,
+    TransferError,
+    TransferGroup,
+    TransferRefused,
+    dtype_name,
+    open_store,
+)
 
 from . import adapters, base, weights
 from .base import (
     GenerateOutput,
     JudgeOutput,
+    Manifest,
     SamplingParams,
+    StaleVersionError,
     Streamed,
     StreamStep,
     TokenDelta,
+    TransferAbortedError,
     WeightFormat,
+    WeightGroupError,
     WeightLoadError,
 )
 from .relay import Relay
@@ -86,6 +101,9 @@ class TransformersBackend(base.Backend):
         self._takes_positions = False
         self._keeps_last_logits = False
         self._initial: dict[str, torch.Tensor] = {}  # initial values of the weights adapters target
+        self._dtypes: dict[str, str] = {}  # tensor name -> dtype of the serving model
+        self._float_dtype: str | None = None
+        self._group: TransferGroup | None = None
 
     @property
     def weight_version(self) -> int:
@@ -114,6 +132,8 @@ class TransformersBackend(base.Backend):
         )
         sd = model.state_dict()
         self._reference = {k: tuple(v.shape) for k, v in sd.items()}
+        self._dtypes = {k: dtype_name(v.dtype) for k, v in sd.items()}
+        self._float_dtype = next((dtype_name(p.dtype) for p in model.parameters() if p.is_floating_point()), None)
         # Tied tensors (e.g. lm_head / embeddings) are saved once; any one name of a group suffices.
         by_ptr: dict[int, set[str]] = {}
         for k, v in sd.items():
@@ -130,6 +150,7 @@ class TransformersBackend(base.Backend):
         log.info("loaded %s (%s, %d parameters) on %s", self.name, self.family, self.parameters, self._device)
 
     async def close(self) -> None:
+        await self.leave_weight_group()
         self._infer.shutdown(wait=False, cancel_futures=True)
         self._swap.shutdown(wait=False, cancel_futures=True)
 
@@ -298,3 +319,93 @@ class TransformersBackend(base.Backend):
         if lost:
             raise WeightLoadError(f"not in the model directory's weights: {lost}")
         return {n: self._initial[n] for n in names}
+
+    # --- the weight group (the in-memory path) ---------------------------------------------------
+    @property
+    def weight_group(self) -> str | None:
+        return self._group.group_id if self._group else None
+
+    def transfer_dtype(self) -> str | None:
+        return self._float_dtype
+
+    async def join_weight_group(self, spec: GroupSpec) -> list[int]:
+        if (spec.backend == "nccl") != self._device.startswith("cuda"):
+            raise WeightLoadError(f"a server on {self._device} cannot join a {spec.backend} group", field="backend")
+        await self.leave_weight_group()
+
+        def join() -> TransferGroup:
+            return TransferGroup.join(spec, open_store(spec, master=False), torch.device(self._device))
+
+        try:
+            self._group = await asyncio.to_thread(join)
+        except (TransferError, RuntimeError) as err:  # the rendezvous itself unreachable: RuntimeError
+            raise WeightGroupError(f"could not join weight group {spec.group_id}: {err}") from None
+        return [spec.rank]
+
+    async def leave_weight_group(self) -> None:
+        group, self._group = self._group, None
+        if group is not None:
+            await asyncio.to_thread(group.close)
+
+    async def receive_weights(self, version: int, manifest: Manifest, uri: str | None) -> float:
+        group = self._group
+        if group is None:
+            raise WeightGroupError("this server is in no weight group")
+        async with self._swap_lock:
+            try:
+                weights.check_newer(version, self.weight_version)
+                weights.check_manifest(manifest, self._reference, self._dtypes, self._aliases)
+            except (StaleVersionError, WeightLoadError):
+                await asyncio.to_thread(self._refuse, group, version)
+                raise
+            return await asyncio.get_running_loop().run_in_executor(
+                self._swap, self._receive_sync, group, version, manifest
+            )
+
+    def _refuse(self, group: TransferGroup, version: int) -> None:
+        """Say no in the group's agree step, so that no rank waits for this one (its error is the answer)."""
+        try:
+            group.refuse(version)
+        except TransferRefused:
+            pass
+        except TransferError:
+            self._drop(group)
+
+    def _drop(self, group: TransferGroup) -> None:
+        group.close()
+        if self._group is group:
+            self._group = None
+
+    @torch.no_grad()
+    def _receive_sync(self, group: TransferGroup, version: int, manifest: Manifest) -> float:
+        t0 = time.perf_counter()
+        assert self._active is not None
+        with self._cond:  # the spare was serving before the last swap: let its batches finish
+            self._cond.wait_for(lambda: self._spare is not None and self._spare.leases == 0)
+        spare = self._spare
+        assert spare is not None
+        names = [name for name, _, _ in manifest]
+        targets = [spare.targets[n] for n in names]
+        # Tensors land in place; a rare non-contiguous one comes through a contiguous copy.
+        dests = [t if t.is_contiguous() else t.contiguous() for t in targets]
+        try:
+            group.receive(version, names, dests)
+            for target, dest in zip(targets, dests, strict=True):
+                if dest is not target:
+                    target.copy_(dest)
+        except TransferRefused as err:  # nothing was written
+            raise TransferAbortedError(str(err)) from None
+        except BaseException as err:
+            spare.merged = frozenset(spare.targets)  # half written: a later adapter resets every weight
+            if isinstance(err, FingerprintMismatch):
+                raise WeightLoadError(str(err), field="tensors") from None
+            if isinstance(err, TransferError):
+                self._drop(group)
+                raise WeightGroupError(str(err)) from None
+            raise
+        with self._cond:
+            spare.version, spare.merged = version, frozenset(spare.targets)
+            self._spare, self._active = self._active, spare
+        seconds = time.perf_counter() - t0
+        log.info("%s: took weight version %d from group %s in %.3fs", self.name, version, group.group_id, seconds)
+        return seconds

@@ -2,13 +2,15 @@
 files hash to the checksum the trainer published, every tensor name and shape matches the serving
 model (read from the safetensors headers, before any data is loaded), and a LoRA update is an
 adapter directory. A swap re-checks the files' size and mtime right before it loads them, so a
-directory rewritten after its check is refused instead of half-trusted."""
+directory rewritten after its check is refused instead of half-trusted. A broadcast's manifest
+(``check_manifest``) is held to the same names and shapes, and to the serving dtypes."""
 
 from __future__ import annotations
 
 import json
 import struct
-from collections.abc import Callable, Mapping
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Executor
 from pathlib import Path
 
@@ -44,9 +46,12 @@ def check_unchanged(files: list[Path], states: FileStates) -> None:
         raise WeightLoadError("weight files changed after they were verified", field="uri")
 
 
-def check_digest(got: str, sha256: str) -> None:
-    if got != sha256:
-        raise WeightLoadError(f"sha256 mismatch: files hash to {got}, request says {sha256}", field="sha256")
+def check_digest(got: str, checksum: str) -> None:
+    """``checksum``: sha256 hex or ``xxh3-128:<hex>`` (``weights_store.checksum_files``)."""
+    if got != checksum:
+        xxh3 = checksum.startswith(weights_store.XXH3_PREFIX)
+        what, field = ("xxh3-128", "xxh3_128") if xxh3 else ("sha256", "sha256")
+        raise WeightLoadError(f"{what} mismatch: files hash to {got}, request says {checksum}", field=field)
 
 
 def safetensors_spec(path: Path) -> TensorSpec:
@@ -88,6 +93,29 @@ def check_spec(spec: TensorSpec, reference: TensorSpec, aliases: Mapping[str, fr
         raise WeightLoadError(f"tensors missing from the new weights: {missing[:5]}")
 
 
+def check_manifest(
+    manifest: Sequence[tuple[str, str, tuple[int, ...]]],
+    reference: TensorSpec,
+    dtypes: Mapping[str, str],
+    aliases: Mapping[str, frozenset[str]] | None = None,
+) -> None:
+    """A broadcast's manifest, (name, dtype, shape) per tensor, fits the serving model: the names and
+    shapes as for files (``check_spec``), each name once, and each dtype the serving tensor's own (a
+    broadcast lands in place: nothing casts it)."""
+    counts = Counter(name for name, _, _ in manifest)
+    twice = sorted(n for n, c in counts.items() if c > 1)
+    if twice:
+        raise WeightLoadError(f"tensors named twice in the manifest: {twice[:5]}", field="tensors")
+    spec = {name: tuple(shape) for name, _, shape in manifest}
+    try:
+        check_spec(spec, reference, aliases)
+    except WeightLoadError as err:
+        raise WeightLoadError(str(err), field="tensors") from None
+    wrong = [f"{n}: {d} != {dtypes[n]}" for n, d, _ in manifest if dtypes.get(n, d) != d]
+    if wrong:
+        raise WeightLoadError(f"tensor dtype mismatch (send the serving dtype): {wrong[:5]}", field="tensors")
+
+
 def verify_full(
     path: str, sha256: str, reference: TensorSpec, aliases: Mapping[str, frozenset[str]] | None = None
 ) -> tuple[list[Path], FileStates]:
@@ -95,7 +123,7 @@ def verify_full(
     passes to ``check_unchanged`` right before loading."""
     files, states = files_of(path)
     check_spec(files_spec(files), reference, aliases)
-    check_digest(weights_store.digest_files(files), sha256)
+    check_digest(weights_store.checksum_files(files, sha256), sha256)
     check_unchanged(files, states)
     return files, states
 
@@ -108,7 +136,7 @@ def verify_adapter(path: str, sha256: str) -> tuple[list[Path], FileStates]:
     files_spec(files)  # complete, readable files
     hashed = weights_store.checksummed_files(path)  # the adapter's config too: its scale is in it
     hashed_states = weights_store.file_states(hashed)
-    check_digest(weights_store.digest_files(hashed), sha256)
+    check_digest(weights_store.checksum_files(hashed, sha256), sha256)
     check_unchanged(hashed, hashed_states)
     return files, states
 
@@ -126,7 +154,7 @@ def load_verified(
     done. ``load`` must write only into a copy that is not serving: on any error it is discarded."""
     files, states = files_of(path)
     check_spec(files_spec(files), reference, aliases)
-    hashed = hasher.submit(weights_store.digest_files, files)
+    hashed = hasher.submit(weights_store.checksum_files, files, sha256)
     try:
         load(files)
     finally:

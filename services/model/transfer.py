@@ -1,0 +1,89 @@
+"""The model server's side of the in-memory weight path (``corl.transfer``): joining the member's
+weight group (``POST /v1/weights/transfer``) and taking one version from it as the trainer broadcasts
+(``POST /v1/weights/broadcast``). The backend does the work; this layer checks the request against
+the server (ready, the files' directory inside the weights store, the group it is in) and counts."""
+
+from __future__ import annotations
+
+import logging
+
+from corl.proto import (
+    WeightBroadcastRequest,
+    WeightTransferRequest,
+    WeightTransferResponse,
+    WeightUpdateResponse,
+)
+from corl.services.errors import ConflictError, InvalidInputError, ServiceError
+from corl.transfer import GroupSpec
+
+from .backends.base import BackendError, StaleVersionError, TransferAbortedError, WeightLoadError
+from .serving import ModelServing
+
+log = logging.getLogger(__name__)
+
+
+class WrongGroupError(ConflictError):
+    """The broadcast names a weight group this server is not in (409): the trainer rebuilds the group."""
+
+    default_field = "group_id"
+
+
+class WeightTransferServing:
+    def __init__(self, serving: ModelServing) -> None:
+        self.serving = serving
+
+    async def join(self, req: WeightTransferRequest) -> WeightTransferResponse:
+        self.serving.require_ready()
+        backend = self.serving.backend
+        dtype = backend.transfer_dtype()
+        if dtype is None:
+            raise InvalidInputError(f"the {backend.kind} backend takes weights from files only", "backend")
+        spec = GroupSpec(
+            req.group_id,
+            req.master_address,
+            req.master_port,
+            req.rank_offset,
+            req.world_size,
+            req.backend,
+            req.timeout_s,
+        )
+        ranks = await backend.join_weight_group(spec)
+        log.info("joined weight group %s as rank(s) %s of %d", req.group_id, ranks, req.world_size)
+        return WeightTransferResponse(
+            group_id=req.group_id, ranks=ranks, weight_version=backend.weight_version, dtype=dtype
+        )
+
+    async def receive(self, req: WeightBroadcastRequest) -> WeightUpdateResponse:
+        self.serving.require_ready()
+        if req.uri is not None:
+            self._check_in_store(req.uri)
+        backend, metrics = self.serving.backend, self.serving.metrics
+        if backend.weight_group != req.group_id:
+            raise WrongGroupError(f"this server is in weight group {backend.weight_group}, not {req.group_id}")
+        previous = backend.weight_version
+        manifest = [(t.name, t.dtype, tuple(t.shape)) for t in req.tensors]
+        try:
+            seconds = await backend.receive_weights(req.version, manifest, req.uri)
+        except (StaleVersionError, TransferAbortedError):
+            metrics.weight_updates.labels("conflict").inc()
+            raise
+        except WeightLoadError:
+            metrics.weight_updates.labels("invalid").inc()
+            raise
+        except ServiceError:
+            metrics.weight_updates.labels("error").inc()
+            raise
+        except Exception as err:  # an engine failure is the server's, not the caller's
+            metrics.weight_updates.labels("error").inc()
+            log.exception("weight broadcast %d failed", req.version)
+            raise BackendError(f"weight broadcast failed: {type(err).__name__}: {err}") from err
+        metrics.weight_updates.labels("ok").inc()
+        metrics.weight_version.set(req.version)
+        metrics.last_swap_duration.set(seconds)
+        metrics.weight_transfer_seconds.labels(backend.name).observe(seconds)
+        log.info("weights %d -> %d by broadcast in %.3fs", previous, req.version, seconds)
+        return WeightUpdateResponse(weight_version=req.version, previous_version=previous, swap_seconds=seconds)
+
+    def _check_in_store(self, uri: str) -> None:
+        """The files' directory must be one a file update could name (403 outside the weights store)."""
+        self.serving._check_in_store(uri)  # the one rule for where weights may come from

@@ -111,3 +111,25 @@ def tracking_run(run: str) -> str:
     (hash: ``key`` -> run key, ``mlflow:<uri>`` -> MLflow run id). Durable, like the round record: a
     resumed run goes on in the same tracker runs."""
     return _k(run, "tracking", "run")
+
+
+# --- the harvesting gateway -----------------------------------------------------------------------
+
+
+def harvest_pool(run: str) -> str:
+    """Harvested conversations, newest last, field ``prompt`` a ``HarvestedPrompt`` (stream, MAXLEN
+    gateway.harvest.max_prompts, trimmed by age to its retention_s); the ``harvest`` prompt source reads it."""
+    return _k(run, "harvest", "pool")
+
+
+def harvest_seen(run: str, digest: str) -> str:
+    """Set when a conversation (its redacted text's sha256) is harvested: a repeat within the retention
+    window is not stored again (string, TTL retention_s)."""
+    return _k(run, "harvest", "seen", digest)
+
+
+def harvest_stats(run: str) -> str:
+    """Run-wide harvest counters (hash): ``harvested``, ``redacted`` (conversations with a redaction),
+    ``dropped:<reason>``, ``trained_on`` (harvested prompts in committed rounds). Durable, like the round
+    record; the gateway's and the aggregator's /metrics count the same events per process."""
+    return _k(run, "harvest", "stats")

@@ -7,9 +7,11 @@ documents' ``info.version``); it changes whenever a message changes incompatibly
 """
 
 from .batch import BatchDiagnostics, GradedBatch, GradedSample, PromptGroup
+from .conversation import Conversation, Turn
 from .dashboard import DashboardView, MemberView
 from .endpoints import EndpointApi, EndpointStats, VerdictSource
 from .errors import ErrorDetail, ErrorResponse, ErrorType
+from .gateway import HarvestedPrompt, HarvestStats
 from .generate import (
     FinishReason,
     GenerateRequest,
@@ -135,6 +137,10 @@ __all__ = [
     "MemberView",
     "EndpointApi",
     "EndpointStats",
+    "Conversation",
+    "Turn",
+    "HarvestedPrompt",
+    "HarvestStats",
     "VerdictSource",
     "Usage",
     "ChatMessage",

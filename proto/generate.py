@@ -6,6 +6,7 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, Field, WithJsonSchema
 
 from ._base import WireInt, WireModel, WireRequest
+from .conversation import Conversation
 
 NonEmptyStr = Annotated[str, Field(min_length=1)]
 _SLOT = re.compile(r"\{(system|prompt)\}")
@@ -48,15 +49,30 @@ class PromptFormat(WireRequest):
         pattern=r"\{prompt\}",  # unanchored, as JSON Schema reads it: somewhere in the template
         description="Plain template: {prompt} is the task text, {system} the instruction; must contain {prompt}.",
     )
+    conversation: bool = Field(
+        default=False,
+        description="Each prompt is a conversation's JSON (corl.proto.Conversation: system text, earlier turns, "
+        "the last user turn): chat renders its turns (after `system`, when the conversation has none); the "
+        "plain template gets its transcript as {prompt}.",
+    )
 
     def messages(self, prompt: str) -> list[dict[str, str]]:
-        """The prompt as chat messages: the system text (when given), then the prompt as the user's."""
+        """The prompt as chat messages: the system text (when given), then the prompt as the user's; a
+        conversation's own turns (``ValueError`` when the prompt carries none)."""
         system = [{"role": "system", "content": self.system}] if self.system else []
+        if self.conversation:
+            conv = Conversation.decode(prompt)
+            return (system if conv.system is None else []) + conv.turns()
         return [*system, {"role": "user", "content": prompt}]
+
+    def judging(self) -> "PromptFormat":
+        """The format of judge texts: a task's judge text is plain text, never a conversation's JSON."""
+        return self.model_copy(update={"conversation": False}) if self.conversation else self
 
     def plain(self, prompt: str) -> str:
         """The prompt in the plain template ({system} and {prompt} filled in one pass: no text is re-read)."""
-        values = {"system": self.system or "", "prompt": prompt}
+        text = Conversation.decode(prompt).transcript() if self.conversation else prompt
+        values = {"system": self.system or "", "prompt": text}
         return _SLOT.sub(lambda m: values[m.group(1)], self.template)
 
 

@@ -36,6 +36,13 @@ class GradeRequest(WireRequest):
     n_votes: WireInt = Field(default=8, ge=1)
     format: PromptFormat = Field(default_factory=PromptFormat)
     sampling: SamplingSettings = Field(default_factory=SamplingSettings, description="Vote mode only.")
+    rubric: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=4000,
+        description="Judge mode, a task that reads one (chat): what the response is judged against (the "
+        "cohort config's task.rubric); None: the task's own.",
+    )
 
 
 class GradeResponse(WireModel):

@@ -12,6 +12,7 @@ from pydantic import ConfigDict, Field, model_validator
 
 from ._base import WireModel, WireRequest
 from .endpoints import EndpointStats
+from .gateway import HarvestStats
 from .grade import GradeMode, Score
 from .heldout import HeldoutAccuracy
 
@@ -140,6 +141,10 @@ class RoundStats(WireModel):
     cohort_diversity: float = Field(
         ge=0.0, le=1.0, description="Distinct pseudo-labels across members per prompt / members (1: all differ)."
     )
+    harvested: list[str] = Field(
+        default_factory=list,
+        description="Pool ids of the harvested conversations that were this round's prompts (prompt source harvest).",
+    )
 
 
 class RunStats(WireModel):
@@ -156,4 +161,8 @@ class RunStats(WireModel):
         default_factory=dict,
         description="Latest held-out accuracy per member, as the run's evaluator read it through the member's "
         "server (absent: not read yet; outside endpoints are not read).",
+    )
+    harvest: HarvestStats | None = Field(
+        default=None,
+        description="The gateway's harvest counters (prompt source harvest; None: the run reads no harvested prompts).",
     )

@@ -16,6 +16,7 @@ from . import (
     serve,
     serve_aggregator,
     serve_evaluator,
+    serve_gateway,
     serve_sandbox,
     train,
 )
@@ -27,11 +28,14 @@ serve.app.command("evaluator", help="Read a run's held-out accuracy through its 
 serve.app.command("sandbox", help="Run untrusted programs for services whose host refuses the jail.")(
     serve_sandbox.sandbox
 )
-app.add_typer(serve.app, name="serve", help="Run a service (model server, aggregator, evaluator).")
+serve.app.command("gateway", help="Forward agents' OpenAI calls to the members and harvest them.")(
+    serve_gateway.gateway
+)
+app.add_typer(serve.app, name="serve", help="Run a service (model server, aggregator, evaluator, gateway).")
 app.add_typer(proto.app, name="proto", help="The wire contract's exported schemas.")
 app.add_typer(secrets.app, name="secrets", help="Check or make deployment secrets.")
 app.command("eval", help="Evaluate every member of a cohort on the task's held-out split.")(evaluate.eval_cohort)
-app.command("data", help="Show what the config's task source yields (splits, sample problems).")(data.show_data)
+app.add_typer(data.app, name="data", help="Show what the config's task source yields; import logged agent traffic.")
 app.command("train", help="Run one member's trainer.")(train.train)
 app.command("run", help="Run the whole loop on this machine (embedded default).")(run.run)
 app.command("plan", help="Show which GPUs each process of a run gets on one node.")(plan.plan_command)

@@ -1,6 +1,6 @@
 """``corl proto export [--check]``: write the contract's JSON Schemas and the OpenAPI documents of
-the model server, the aggregator and the evaluator into ``proto/``, generated from the one pydantic definition
-(``corl.proto``) and the apps that serve it."""
+the model server, the aggregator, the evaluator, the sandbox and the gateway into ``proto/``, generated
+from the one pydantic definition (``corl.proto``) and the apps that serve it."""
 
 from __future__ import annotations
 
@@ -32,6 +32,8 @@ def exported_files() -> dict[str, str]:
     from corl.services.aggregator.settings import AggregatorSettings
     from corl.services.evaluator import EvaluatorSettings
     from corl.services.evaluator import create_app as create_evaluator
+    from corl.services.gateway import GatewaySettings
+    from corl.services.gateway import create_app as create_gateway
     from corl.services.model.app import create_app
     from corl.services.model.settings import ServerSettings
     from corl.services.sandbox import SandboxSettings
@@ -51,6 +53,8 @@ def exported_files() -> dict[str, str]:
     evaluator = create_evaluator(EvaluatorSettings(_env_file=None, config=Path("cohort.yaml")))  # type: ignore[call-arg]
     files["openapi/evaluator.json"] = _dump(evaluator.openapi())
     files["openapi/sandbox.json"] = _dump(create_sandbox(SandboxSettings(_env_file=None)).openapi())  # type: ignore[call-arg]
+    gateway = create_gateway(GatewaySettings(_env_file=None, config=Path("cohort.yaml")))  # type: ignore[call-arg]
+    files["openapi/gateway.json"] = _dump(gateway.openapi())
     return files
 
 
@@ -74,7 +78,7 @@ def export(
     check: Annotated[bool, typer.Option("--check", help="Only compare; exit 1 if the files differ.")] = False,
     out: Annotated[Path | None, typer.Option(help="Target directory (default: the installed proto/).")] = None,
 ) -> None:
-    """Write proto/schemas/<Model>.json and proto/openapi/{model_server,aggregator,evaluator,sandbox}.json."""
+    """Write proto/schemas/<Model>.json and proto/openapi/{model_server,aggregator,evaluator,sandbox,gateway}.json."""
     root = out or _proto_dir()
     if check:
         differ = drift(root)

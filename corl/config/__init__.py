@@ -9,6 +9,7 @@ reward functions (the reward modes it names come from ``corl.proto``).
 from .base import Name
 from .cohort import CohortConfig
 from .endpoint import EndpointConfig
+from .gateway import CanaryConfig, GatewayConfig, HarvestConfig, RedactConfig
 from .loader import ConfigError, dump_config, load_config, parse_config
 from .members import MemberConfig
 from .placement import MemberTrainer, PlacementConfig
@@ -21,10 +22,13 @@ from .tracking import MlflowConfig, TrackerUnavailable, TrackingConfig, WandbCon
 from .training import LoraConfig, TrainingConfig
 
 __all__ = [
+    "CanaryConfig",
     "CohortConfig",
     "ConfigError",
     "DistributedConfig",
     "EndpointConfig",
+    "GatewayConfig",
+    "HarvestConfig",
     "JudgeConfig",
     "LoraConfig",
     "MemberConfig",
@@ -34,6 +38,7 @@ __all__ = [
     "Name",
     "PlacementConfig",
     "PromptSource",
+    "RedactConfig",
     "ReliabilityConfig",
     "RewardConfig",
     "GuardConfig",

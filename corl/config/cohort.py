@@ -7,6 +7,7 @@ from pydantic import Field, field_validator, model_validator
 from corl.proto import SamplingSettings
 
 from .base import Name, _Section
+from .gateway import GatewayConfig
 from .members import MemberConfig
 from .placement import PlacementConfig
 from .reward import RewardConfig
@@ -41,6 +42,9 @@ class CohortConfig(_Section):
     placement: PlacementConfig = Field(
         default=PlacementConfig(), description="How the run's processes share one node's GPUs (corl plan)."
     )
+    gateway: GatewayConfig = Field(
+        default=GatewayConfig(), description="The harvesting gateway: what it harvests, how new versions reach it."
+    )
 
     @field_validator("task", mode="before")
     @classmethod
@@ -72,7 +76,19 @@ class CohortConfig(_Section):
             raise ValueError(f"teachers vote; reward mode {self.reward.mode} reads no votes")
         if self.rounds.min_quorum > len(self.members):
             raise ValueError(f"rounds.min_quorum={self.rounds.min_quorum} exceeds the {len(self.members)} members")
+        self._check_gateway(set(names), trained)
         return self
+
+    def _check_gateway(self, names: set[str], trained: set[str]) -> None:
+        gw = self.gateway
+        unknown = sorted(set(gw.harvest.members or ()) - names)
+        if unknown:
+            raise ValueError(f"gateway.harvest.members names no member: {unknown}")
+        canaried = sorted(set(gw.canary.stable) - {m.name for m in self.served_members() if m.name in trained})
+        if canaried:
+            raise ValueError(f"gateway.canary.stable: only trained members corl serves have versions: {canaried}")
+        if self.rounds.prompt_source.kind == "harvest" and not gw.harvest.enabled:
+            raise ValueError("rounds.prompt_source kind 'harvest' reads the gateway's pool: gateway.harvest.enabled")
 
     def teachers(self) -> dict[str, str]:
         """teacher -> the trained member it votes for."""

@@ -10,12 +10,20 @@ from .base import _Section
 
 
 class PromptSource(_Section):
-    kind: Literal["task", "jsonl", "http"] = Field(
-        default="task", description="task: the task's split; jsonl: a file; http: what POST /v1/prompts adds."
+    kind: Literal["task", "jsonl", "http", "harvest"] = Field(
+        default="task",
+        description="task: the task's split; jsonl: a file; http: what POST /v1/prompts adds; harvest: the newest "
+        "conversations the gateway harvested (gateway.harvest), each taken once.",
     )
     path: str | None = Field(default=None, description="JSONL of {prompt, answer?} records (kind=jsonl).")
     split: Literal["rl", "eval"] = Field(default="rl", description="kind=task: the RL split or the held-out one.")
     seed: int = Field(default=0, description="Seed of the task's RL / held-out split.")
+    min_prompts: int = Field(
+        default=1,
+        ge=1,
+        description="kind=harvest: a round waits until this many new conversations are in the pool (at most "
+        "prompts_per_round of the newest are taken; older ones a round passes over are not trained on).",
+    )
 
     @model_validator(mode="after")
     def _path_for_jsonl(self) -> PromptSource:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from .base import _Section
 
@@ -12,7 +12,7 @@ from .base import _Section
 class TaskConfig(_Section):
     """The run's task: how prompts are presented, how answers are read; configured only here."""
 
-    name: str = Field(default="addition", description="Task plug-in: addition, math, code.")
+    name: str = Field(default="addition", description="Task plug-in: addition, arith, math, code, chat.")
     source: str | None = Field(
         default=None,
         description="Problems: packaged:gsm8k|champ|humaneval, gym:<reasoning-gym generator>, "
@@ -24,6 +24,13 @@ class TaskConfig(_Section):
     limit: int | None = Field(default=None, ge=2, description="Use only this many problems (after shuffling).")
     size: int = Field(default=1000, ge=2, description="Problems a gym: generator makes.")
     options: dict[str, Any] = Field(default_factory=dict, description="A gym: generator's config fields.")
+    rubric: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=4000,
+        description="chat task: what peer_judge's judges check a response against (the judge text's rubric); "
+        "None: the task's default rubric.",
+    )
 
     @field_validator("name")
     @classmethod
@@ -33,6 +40,14 @@ class TaskConfig(_Section):
         if v not in task_names():
             raise ValueError(f"unknown task {v!r}; known: {task_names()}")
         return v
+
+    @model_validator(mode="after")
+    def _rubric_read(self) -> TaskConfig:
+        from corl.tasks import reads_rubric
+
+        if self.rubric is not None and not reads_rubric(self.name):
+            raise ValueError(f"task {self.name!r} reads no rubric (rubric is the chat task's judge text)")
+        return self
 
     @field_validator("source")
     @classmethod

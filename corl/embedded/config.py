@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from urllib.parse import urlsplit
 
-from corl.config import CohortConfig, parse_config
+from corl.config import CohortConfig, GatewayConfig, parse_config
 from corl.redis_server import free_port
 
 DEFAULT_COHORT_DIR = Path("cohort/tiny")
@@ -62,7 +63,16 @@ def embedded_config(
         m if m.endpoint is not None else m.model_copy(update={"servers": [f"http://127.0.0.1:{free_port()}"]})
         for m in cfg.members
     ]
-    return cfg.model_copy(update={"members": local})
+    return cfg.model_copy(update={"members": local, "gateway": _local_gateway(cfg)})
+
+
+def _local_gateway(cfg: CohortConfig) -> GatewayConfig:
+    """A run that harvests (or names a gateway) gets one on loopback: the port of gateway.url, else a free one."""
+    gw = cfg.gateway
+    if gw.url is None and cfg.rounds.prompt_source.kind != "harvest":
+        return gw
+    port = (urlsplit(gw.url).port if gw.url else None) or free_port()
+    return gw.model_copy(update={"url": f"http://127.0.0.1:{port}"})
 
 
 def with_start_teachers(members: list[dict]) -> list[dict]:

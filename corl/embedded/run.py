@@ -36,9 +36,12 @@ from .start import start_services
 log = logging.getLogger(__name__)
 
 
-def service_urls(agg_url: str) -> str:
+def service_urls(agg_url: str, gateway_url: str | None = None) -> str:
     """The lines ``corl run`` prints at start: where to watch the run and where to plug in."""
-    return f"dashboard:  {agg_url}/dashboard\naggregator: {agg_url}  (graders, /get_reward, /v1/reward, /metrics)"
+    lines = f"dashboard:  {agg_url}/dashboard\naggregator: {agg_url}  (graders, /get_reward, /v1/reward, /metrics)"
+    if gateway_url:
+        lines += f"\ngateway:    {gateway_url}/v1  (your agents' OpenAI base_url; api key: CORL_COHORT_TOKEN)"
+    return lines
 
 
 @dataclass
@@ -120,7 +123,8 @@ class RunMonitor:
             self._round_figures(snap, latest.get(m.name))
             snap.collapse_alarm = bool(stats and m.name in stats.collapse)
             snap.backlog = self.backlog(m.name) if m.role == "trained" else None
-            if force_eval or is_due(snap.accuracy_version, snap.weight_version, self.opts.eval_every):
+            due = force_eval or is_due(snap.accuracy_version, snap.weight_version, self.opts.eval_every)
+            if due and self.reader.examples:  # a task with no held-out problems (harvested chat) is not read
                 try:
                     reading = self.reader.evaluate(m)
                 except httpx.HTTPError as err:
@@ -219,7 +223,7 @@ def run_embedded(cfg: CohortConfig, run_dir: Path, opts: RunOptions, console: Co
             console.print(resume_line(cfg, resume_point(cfg), opts.rounds), highlight=False, soft_wrap=True)
         port = free_port()
         # Printed before the (slow) start, so a person can open the dashboard while it comes up.
-        console.print(service_urls(f"http://127.0.0.1:{port}"), highlight=False, soft_wrap=True)
+        console.print(service_urls(f"http://127.0.0.1:{port}", cfg.gateway.url), highlight=False, soft_wrap=True)
         monitor = reader = RunMonitor(cfg, f"http://127.0.0.1:{port}", opts, tracking, cohort_token)
         with console.status("starting servers, aggregator and trainers...") as status:
 

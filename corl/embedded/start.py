@@ -79,13 +79,21 @@ def start_services(
     before_aggregator: Callable[[], None] = lambda: None,
     placement: Plan | None = None,
 ) -> str:
-    """Start every server, call ``before_rounds`` (the start reading: nothing has trained yet), start
+    """Start every server (and the gateway, when the config has one), call ``before_rounds`` (the start
+    reading: nothing has trained yet), start
     the trainers (each brings its member's servers to the newest published version), call
     ``before_aggregator`` (a resumed run's trainers catch up there), then start the aggregator, which
     samples the rounds; return its URL. Servers and trainers see the devices ``placement`` gives them."""
     config_path = run_dir / CONFIG_FILE
     dump_config(cfg, config_path)
     start_model_servers(cfg, group, placement=placement)
+    if cfg.gateway.url:  # agents may send traffic (and harvest prompts) from now on
+        port = cfg.gateway.url.rsplit(":", 1)[1]
+        group.start(
+            "gateway",
+            corl_command("serve", "gateway", "--config", str(config_path), "--port", port),
+            health_url=f"{cfg.gateway.url}/readyz",
+        )
     before_rounds()
     for m in cfg.members:
         if m.role == "trained":

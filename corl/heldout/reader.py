@@ -32,7 +32,12 @@ class HeldoutReader:
         self.http = http
         self.task = get_task(cfg.task.name)
         self.sampling = cfg.sampling()
-        self.examples: list[Example] = load_splits(cfg.task, cfg.rounds.prompt_source.seed).eval[:eval_prompts]
+        # A task without a generator reads its held-out problems from task.source; with none (a harvested
+        # chat run), there is nothing to read.
+        held_out = cfg.task.source is not None or self.task.generates
+        self.examples: list[Example] = (
+            load_splits(cfg.task, cfg.rounds.prompt_source.seed).eval[:eval_prompts] if held_out else []
+        )
 
     def served_version(self, member: MemberConfig, timeout_s: float | None = None) -> int:
         """The weight version the member's first server answers with (``timeout_s``: the client's own when

@@ -57,7 +57,9 @@ async def judge_round(
 
     def request(rs: list[Ref]) -> GradeRequest:
         items = [GradeItem(prompt=prompts[p], response=texts[a][p][s]) for a, p, s in rs]
-        return GradeRequest(items=items, task=task.name, mode="judge", format=task.prompt_format)
+        return GradeRequest(
+            items=items, task=task.name, mode="judge", format=task.prompt_format, rubric=cfg.task.rubric
+        )
 
     async def member_grades(g: str) -> None:
         if not work[g]:

@@ -84,6 +84,10 @@ class AggregatorMetrics(ServiceMetricSet):
         self.push_failures = self.counter(
             "push_grader_failures", "Push grader calls that failed or timed out.", "grader"
         )
+        # The gateway's prompt pool (rounds.prompt_source: harvest):
+        self.harvest_trained = self.counter(
+            "harvested_prompts_trained", "Harvested conversations in committed rounds with a batch written."
+        )
 
     def observe(self, outcome: RoundOutcome, alarms: dict[str, bool]) -> None:
         """The per-member gauges of one graded round."""

@@ -286,7 +286,9 @@ class RewardServer:
         return [0.0 if c is None else c for c in combined], versions
 
     def _grade_request(self, items: list[GradeItem]) -> GradeRequest:
-        return GradeRequest(items=items, task=self.task.name, mode="judge", format=self.task.prompt_format)
+        return GradeRequest(
+            items=items, task=self.task.name, mode="judge", format=self.task.prompt_format, rubric=self.cfg.task.rubric
+        )
 
 
 def _retrieve(f: asyncio.Future[PromptVotes]) -> None:

@@ -31,7 +31,7 @@ from .grading_pool import GradingPool
 from .judging import judge_round
 from .members import MemberClient, MemberError
 from .metrics import AggregatorMetrics
-from .prompts import PromptSource
+from .prompts import HARVEST_ID, PromptSource
 from .settings import AggregatorSettings
 from .state import LearntState
 from .stats import round_records, round_stats
@@ -219,8 +219,9 @@ class RoundDriver:
             )
             for name in targets
         }
-        stats = round_stats(r, now, outcome, missing, batches)
-        new_cursor = cursor + len(examples)
+        harvested = [str(e.meta[HARVEST_ID]) for e in examples if HARVEST_ID in e.meta]
+        stats = round_stats(r, now, outcome, missing, batches, harvested)
+        new_cursor = self.source.next_cursor(cursor, examples)
         added = await self.store.commit(r, new_cursor, batches, stats.model_dump_json(), self.state.snapshot())
         if added < 0:
             log.warning("round %d was already committed by another aggregator: reloading state", r)
@@ -234,6 +235,9 @@ class RoundDriver:
         for name in batches:
             m.batches.labels(name).inc()
             m.samples.labels(name).inc(n_samples)
+        if harvested and batches:
+            m.harvest_trained.inc(len(harvested))
+            await self.store.count_trained(len(harvested))
         m.rounds.labels("ok").inc()
         m.round.set(r + 1)
         m.round_seconds.observe(time.perf_counter() - t0)

@@ -14,6 +14,7 @@ import redis.asyncio as aioredis
 
 from corl import proto
 from corl.config import CohortConfig
+from corl.harvest.stats import read_stats
 from corl.heldout import read_readings
 from corl.services.errors import NotFoundError
 from corl.tracking import Tracking
@@ -104,6 +105,7 @@ class AggregatorServing:
         self._check_run(run)
         rounds = await self.store.recent_stats(min(last or self.settings.stats_rounds, self.settings.stats_rounds))
         heldout = read_readings(await self.store.heldout())
+        harvest = read_stats(*await self.store.harvest()) if self.source.kind == "harvest" else None
         return run_stats(
             self.cfg.run_id,
             self.driver.round_state.next_round,
@@ -112,6 +114,7 @@ class AggregatorServing:
             self.state.collapse.tripped,
             {name: c.stats() for name, c in self.endpoints.items()},
             {m.name: heldout[m.name] for m in self.cfg.served_members() if m.name in heldout},
+            harvest,
         )
 
     async def dashboard(self, run: str, last: int | None = None) -> proto.DashboardView:

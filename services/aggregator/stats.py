@@ -8,12 +8,18 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 
 from corl.proto import EndpointStats, HeldoutAccuracy, MemberRoundStats, RoundStats, RunStats
+from corl.proto.gateway import HarvestStats
 from corl.rewards import GraderReliability, RoundOutcome
 from corl.tracking import Record
 
 
 def round_stats(
-    round_: int, now: float, outcome: RoundOutcome, missing: Sequence[str], written: Collection[str]
+    round_: int,
+    now: float,
+    outcome: RoundOutcome,
+    missing: Sequence[str],
+    written: Collection[str],
+    harvested: Sequence[str] = (),
 ) -> RoundStats:
     members = {
         name: MemberRoundStats(
@@ -36,6 +42,7 @@ def round_stats(
         missing=list(missing),
         agreement=outcome.agreement,
         cohort_diversity=outcome.cohort_diversity,
+        harvested=list(harvested),
     )
 
 
@@ -59,6 +66,7 @@ def run_stats(
     collapse: Collection[str],
     endpoints: Mapping[str, EndpointStats] | None = None,
     heldout: Mapping[str, HeldoutAccuracy] | None = None,
+    harvest: HarvestStats | None = None,
 ) -> RunStats:
     return RunStats(
         run_id=run_id,
@@ -69,4 +77,5 @@ def run_stats(
         collapse=sorted(collapse),
         endpoints=dict(endpoints or {}),
         heldout=dict(heldout or {}),
+        harvest=harvest,
     )

@@ -9,16 +9,19 @@ round's stats and advances the round counter, prompt cursor and learnt state tog
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass, field
 from typing import Any
 
 import redis.asyncio as aioredis
-from redis.exceptions import ResponseError
+from redis.exceptions import RedisError, ResponseError
 
 from corl import redis_keys as keys
 from corl.streams import as_str, find_group
 
 from .batches import batch_id
+
+log = logging.getLogger(__name__)
 
 _COMMIT = """
 local nr = tonumber(redis.call('HGET', KEYS[1], 'next_round') or '0')
@@ -117,6 +120,22 @@ class RoundStore:
             ]
             args.append(body)
         return int(await self._commit(keys=ks, args=args))
+
+    async def count_trained(self, n: int) -> None:
+        """Count ``n`` harvested prompts as trained on (after their round's commit; a count only: a failure
+        is logged, never the round's)."""
+        try:
+            await self.redis.hincrby(keys.harvest_stats(self.run), "trained_on", n)
+        except RedisError as err:
+            log.warning("harvest counter not updated: %s", type(err).__name__)
+
+    async def harvest(self) -> tuple[dict[bytes, bytes], int]:
+        """The run's harvest counters (raw hash) and the pool's length."""
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.hgetall(keys.harvest_stats(self.run))
+        pipe.xlen(keys.harvest_pool(self.run))
+        raw, size = await pipe.execute()
+        return dict(raw), int(size)
 
     async def recent_stats(self, n: int) -> list[str]:
         entries: Any = await self.redis.xrevrange(self._stats, count=n)

@@ -163,7 +163,10 @@ class ModelServing:
     def _render(self, prompts: Sequence[str], fmt: PromptFormat, max_tokens: int, field: str) -> list[str]:
         """The member's rendering of each prompt, checked against its context length."""
         assert self._renderer is not None
-        texts = self._renderer.render_all(prompts, fmt)
+        try:
+            texts = self._renderer.render_all(prompts, fmt)
+        except ValueError as err:  # a conversation-format prompt that carries no conversation
+            raise InvalidInputError(str(err), field) from None
         i = self.backend.too_long(texts, max_tokens)
         if i is not None:
             raise InvalidInputError(
@@ -259,6 +262,11 @@ class ModelServing:
         if req.mode == "vote":
             version, scores = await self._vote(req, task)
         else:
+            if req.rubric is not None:
+                try:
+                    task = get_task(req.task, req.rubric)
+                except ValueError as err:
+                    raise InvalidInputError(str(err), "rubric") from None
             version, scores = await self._judge(req, task)
         return GradeResponse(model=self.backend.name, weight_version=version, scores=scores)
 
@@ -304,7 +312,7 @@ class ModelServing:
                 "task",
             )
         judge_texts = [task.judge_prompt(item.prompt, item.response) for item in req.items]
-        texts = self._render(judge_texts, req.format, 1, "items")
+        texts = self._render(judge_texts, req.format.judging(), 1, "items")
         correct, incorrect = task.verdict_tokens
         out = await self._bounded(
             self.backend.judge(texts, correct, incorrect), self.settings.request_timeout_s, "judge"

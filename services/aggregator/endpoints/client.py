@@ -246,7 +246,7 @@ class EndpointClient:
     async def judge(self, req: GradeRequest) -> list[float | None]:
         """A verdict score per item (None: none could be read), from the reply's logprobs where the
         server returns them, else from its text; ``MemberError`` when a request fails."""
-        task = get_task(req.task)
+        task = get_task(req.task, req.rubric)
         correct, incorrect = task.verdict_tokens
         texts = [task.judge_prompt(it.prompt, it.response) for it in req.items]
         try:
@@ -265,7 +265,7 @@ class EndpointClient:
         api, model = self.endpoint.api, self.endpoint.model
 
         async def ask(logprobs: bool) -> Choice | None:
-            reply = await self._send(judge_body(api, model, text, req.format, logprobs))
+            reply = await self._send(judge_body(api, model, text, req.format.judging(), logprobs))
             return reply.take(1)[0] if reply is not None else None
 
         if self._logprobs.known is None:

@@ -126,7 +126,21 @@ class BatchStream:
         return int(v) if v is not None else 0
 
     def record_version(self, version: int) -> None:
+        """``version`` is published: its files exist."""
         self.client.hset(redis_keys.trainer_state(self.run, self.member), "published_version", version)
+
+    def announced_version(self) -> int:
+        v = self.client.hget(redis_keys.trainer_state(self.run, self.member), "announced_version")
+        return int(v) if v is not None else 0
+
+    def announce_version(self, version: int) -> None:
+        """``version`` may be served before its files exist (a broadcast): recorded first, so that no
+        trainer (this one restarted) ever numbers other weights with it."""
+        self.client.hset(redis_keys.trainer_state(self.run, self.member), "announced_version", version)
+
+    def record_transfer(self, transfer: str) -> None:
+        """How this member's versions reach its servers now (files or broadcast): the run's stats show it."""
+        self.client.hset(redis_keys.trainer_state(self.run, self.member), "weight_transfer", transfer)
 
     def backlog(self) -> int:
         """Entries not yet acknowledged by the group: undelivered plus pending."""

@@ -21,6 +21,7 @@ import torch
 
 from corl.config import CohortConfig
 from corl.proto import GradedBatch
+from corl.transfer import dtype_name, dtype_of
 
 from .checkpoint import Checkpointer, TrainerState
 from .policy import PolicyTrainer, StepStats, resolve_device
@@ -68,6 +69,15 @@ class GroupLeader:
         assert pub is not None  # the leader writes
         return pub
 
+    def weights_snapshot(
+        self, dtype: torch.dtype, into: dict[str, torch.Tensor] | None = None
+    ) -> dict[str, torch.Tensor] | None:
+        self._send("snapshot", dtype_name(dtype))  # the whole weights are gathered by every rank
+        return self.policy.weights_snapshot(dtype, into)
+
+    def save_snapshot(self, store: WeightsStore, version: int, snapshot: dict[str, torch.Tensor]) -> Published:
+        return self.policy.save_snapshot(store, version, snapshot)  # the leader's own write: no collective
+
     def save_checkpoint(self, checkpointer: Checkpointer, state: TrainerState) -> Path:
         self._send("checkpoint", asdict(state))
         return self.policy.save_checkpoint(checkpointer, state)
@@ -99,6 +109,8 @@ def follow(policy: PolicyTrainer, sharding: Sharding, checkpointer: Checkpointer
                 steps += 1
             elif command == "weights":
                 policy.save_weights(None, arg)
+            elif command == "snapshot":
+                policy.weights_snapshot(dtype_of(arg))
             elif command == "checkpoint":
                 policy.save_checkpoint(checkpointer, TrainerState(**arg))
             elif command == "stop":

@@ -8,6 +8,13 @@ crash the trainer resumes from the newest checkpoint and re-reads what is still 
 in the checkpoint are acknowledged without training. Weight versions come from a counter that is
 the maximum of the checkpoint, the weights store and Redis, so a version is never reused; the jump
 that makes over steps lost in a crash is not counted as staleness (see ``staleness``).
+
+Publishing (``training.weight_transfer``): by broadcast, the step waits only for a CPU snapshot of the
+weights in the servers' dtype; a background thread broadcasts it to the member's weight group, then
+writes the version's files from the same snapshot and brings every replica the broadcast missed up
+from them. A broadcast version is announced in Redis before it is sent (no restarted trainer reuses
+its number) and counts as published once its files exist. Where no replica can join a group, and for
+LoRA adapters, a version goes by files as before: written, checksummed, pushed, all in the step.
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ import logging
 import signal
 import time
 from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import httpx
@@ -29,6 +37,7 @@ from corl.redis_auth import redis_auth
 from corl.tracking import Record, Tracking, build_tracking
 
 from .batches import BatchStream, Entry
+from .broadcast import WeightBroadcaster
 from .checkpoint import Checkpointer, TrainerState
 from .group import GroupLeader, build_policy
 from .metrics import TrainerMetrics
@@ -87,6 +96,12 @@ class Trainer:
         self.pusher = ReplicaPusher(
             mcfg.servers, self.settings.admin_token, self.http, attempts=self.settings.publish_attempts
         )
+        self.transfer = "files" if cfg.training.lora else cfg.training.weight_transfer
+        self.broadcaster: WeightBroadcaster | None = None  # built by setup() (it needs the policy's device)
+        self._publisher = ThreadPoolExecutor(1, thread_name_prefix="corl-publish")
+        self._publishing: Future[None] | None = None
+        self._snapshot: dict[str, torch.Tensor] | None = None  # reused: one buffer, faulted in once
+        self._transfer_shown: str | None = None
         self._stop = False
         self._metrics_server: Any = None
         # Filled by setup():
@@ -107,6 +122,13 @@ class Trainer:
             torch.set_num_threads(self.settings.threads)
         ckpt = self.checkpointer.latest()
         self.policy = build_policy(self.cfg, self.member, self.settings, ckpt, self.sharding)
+        mcfg = self.cfg.member(self.member)
+        if self.transfer == "broadcast" and mcfg.servers:
+            own = self.policy.policy if isinstance(self.policy, GroupLeader) else self.policy
+            tp = mcfg.vllm.tensor_parallel_size if mcfg.backend == "vllm" else 1
+            self.broadcaster = WeightBroadcaster(
+                self.member, mcfg.servers, self.http, self.pusher.headers, self.settings, own.device, self.metrics, tp
+            )
         if ckpt is not None:
             self.state = self.checkpointer.load_state(ckpt)
             for bid in self.state.applied:
@@ -121,7 +143,7 @@ class Trainer:
         self.stream.ensure_group()
         self.stream.claim_dead(self.settings.claim_idle_ms)
         self._last_claim = time.monotonic()
-        newest = max(self.store.latest_version(), self.stream.published_version())
+        newest = max(self.store.latest_version(), self.stream.published_version(), self.stream.announced_version())
         if newest > self.state.weight_version or (newest and newest not in self.store.versions()):
             # Versions newer than the checkpoint came from steps lost in a crash (or the newest folder is
             # gone): the servers must move to this lineage, under a fresh, higher version number.
@@ -150,6 +172,13 @@ class Trainer:
         signal.signal(signal.SIGINT, self.request_stop)
 
     def close(self) -> None:
+        try:
+            self._wait_publishing()
+        except Exception:  # noqa: BLE001 - closing: the version is lost, the next start republishes
+            log.exception("the last publish failed")
+        self._publisher.shutdown(wait=True)
+        if self.broadcaster is not None:
+            self.broadcaster.close()
         if hasattr(self, "policy"):
             self.policy.close()  # a group's followers stop with their leader
         self.tracking.close()
@@ -176,6 +205,7 @@ class Trainer:
             idle_since = time.monotonic()
             self._handle(entry)
         self.flush()
+        self._wait_publishing()
         return self.state
 
     # -- one entry ---------------------------------------------------------------------------------
@@ -269,22 +299,97 @@ class Trainer:
         self.stream.commit(entries, applied=applied, state={"step": self.state.step})
         self._uncommitted.clear()
 
-    def publish(self) -> Published:
-        version = max(self.state.weight_version, self.store.latest_version(), self.stream.published_version()) + 1
+    def publish(self) -> None:
+        """A new version of the weights: by broadcast where the member's weight group is (or can be) up,
+        else by files. Waits for the previous version's broadcast and files first (one in flight)."""
+        self._wait_publishing()
+        b = self.broadcaster
+        if b is not None and b.wants_join():
+            b.join()
+        if b is None or b.group is None or b.dtype is None:
+            self._show_transfer("files")
+            t0 = time.perf_counter()
+            self._publish_files()
+            self._labels(self.metrics.publish_stall_seconds).observe(time.perf_counter() - t0)
+            return
+        self._show_transfer("broadcast")
+        version = self._next_version()
+        t0 = time.perf_counter()
+        snapshot = self.policy.weights_snapshot(b.dtype, self._snapshot)
+        assert snapshot is not None  # this is the leader
+        self._snapshot = snapshot
+        self._labels(self.metrics.publish_stall_seconds).observe(time.perf_counter() - t0)
+        self.stream.announce_version(version)
+        self.state.weight_version = version
+        self._unpublished = 0
+        self._publishing = self._publisher.submit(self._publish_broadcast, version, snapshot)
+
+    def _next_version(self) -> int:
+        stream = self.stream
+        return max(self.state.weight_version, self.store.latest_version(), stream.published_version(),
+                   stream.announced_version()) + 1  # fmt: skip
+
+    def _publish_files(self) -> None:
+        version = self._next_version()
         pub = self.policy.save_weights(self.store, version)
         assert pub is not None  # written here (a group's leader is the one rank that writes)
-        self.stream.record_version(version)
         self.state.weight_version = version
-        self.latest = pub
         self._unpublished = 0
-        self._labels(self.metrics.publishes).inc()
-        self._gauge(self.metrics.weight_version, version)
+        self._published(pub)
         outcomes = self.pusher.push(pub)
         failed = sum(o in ("unreachable", "rejected") for o in outcomes.values())
         if failed:
             self._labels(self.metrics.push_failures).inc(failed)
         log.info("published %s version %d (%s): %s", self.member, version, pub.sha256[:12], outcomes)
-        return pub
+
+    def _publish_broadcast(self, version: int, snapshot: dict[str, torch.Tensor]) -> None:
+        """In the background: broadcast, then the files from the same snapshot, then those files to every
+        replica the broadcast did not reach (outside the group, or failed: each serves its previous version)."""
+        assert self.broadcaster is not None
+        try:
+            broadcast = self.broadcaster.send(version, snapshot, str(self.store.path(version)))
+        except Exception:  # noqa: BLE001 - the files still go out: every replica gets the version from them
+            log.exception("%s: broadcast of version %d failed", self.member, version)
+            self.broadcaster.close_group()
+            broadcast = {}
+        pub = self.policy.save_snapshot(self.store, version, snapshot)
+        self._published(pub)
+        by_files = {
+            url: self.pusher.push_one(url, pub, attempts=1 if url in self.pusher.behind else None)
+            for url in self.pusher.servers
+            if broadcast.get(url) != "ok"
+        }
+        for url, outcome in broadcast.items():
+            if outcome == "ok":
+                self.pusher.behind.discard(url)
+        failed = sum(o in ("unreachable", "rejected") for o in by_files.values())
+        if failed:
+            self._labels(self.metrics.push_failures).inc(failed)
+        got = sorted(u for u, o in broadcast.items() if o == "ok")
+        log.info("published %s version %d (%s): broadcast to %s, files %s", self.member, version, pub.sha256[:12],
+                 got, by_files)  # fmt: skip
+
+    def _published(self, pub: Published) -> None:
+        """``pub``'s files exist: it counts as published."""
+        self.stream.record_version(pub.version)
+        self.latest = pub
+        self._labels(self.metrics.publishes).inc()
+        self._gauge(self.metrics.weight_version, pub.version)
+
+    def _wait_publishing(self) -> None:
+        """The version in flight is broadcast and its files written (its errors raise here)."""
+        job, self._publishing = self._publishing, None
+        if job is not None:
+            job.result()
+
+    def _show_transfer(self, transfer: str) -> None:
+        """Record how versions go now (the run's stats and dashboard read it), when it changes."""
+        if transfer != self._transfer_shown:
+            self._transfer_shown = transfer
+            try:
+                self.stream.record_transfer(transfer)
+            except redis.RedisError:
+                self._transfer_shown = None
 
     def flush(self) -> None:
         if self._unpublished:
@@ -299,7 +404,8 @@ class Trainer:
         if now - self._last_claim > self.settings.claim_every_s:
             self.stream.claim_dead(self.settings.claim_idle_ms)
             self._last_claim = now
-        if self.latest is not None and now - self._last_sync > self.settings.sync_every_s:
+        publishing = self._publishing is not None and not self._publishing.done()  # it pushes files itself
+        if self.latest is not None and not publishing and now - self._last_sync > self.settings.sync_every_s:
             self.pusher.sync(self.latest)  # also catches a replica that restarted
             self._last_sync = now
         try:

@@ -44,6 +44,19 @@ class TrainerMetrics:
         self.groups_skipped = c("groups_skipped_total", "Prompt groups with equal rewards (no signal).")
         self.publishes = c("publishes_total", "Weight versions written to the weights store.")
         self.push_failures = c("push_failures_total", "Replica weight pushes that failed after retries.")
+        self.weight_broadcast_seconds = m.histogram(
+            "weight_broadcast_seconds",
+            "One version broadcast to the member's weight group: from the first byte to every replica's answer.",
+            "member",
+            buckets=(0.01, 0.03, 0.1, 0.3, 1, 3, 10, 30, 100),
+        )
+        self.weight_broadcast_bytes = c("weight_broadcast_bytes_total", "Bytes of weights sent to the weight group.")
+        self.publish_stall_seconds = m.histogram(
+            "publish_stall_seconds",
+            "What one publish holds training up: the CPU snapshot (broadcast) or the whole write and push (files).",
+            "member",
+            buckets=(0.01, 0.03, 0.1, 0.3, 1, 3, 10, 30, 100),
+        )
         self.checkpoints = c("checkpoints_total", "Durable checkpoints written.")
         self.member = member
         # Touch every series so counters show 0 before their first event (absent series break rate()).

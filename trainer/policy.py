@@ -150,6 +150,42 @@ class PolicyTrainer:
             return None
         return store.save(self.model, self.tokenizer, version, self.format, state_dict=full)  # type: ignore[arg-type]
 
+    @torch.no_grad()
+    def weights_snapshot(
+        self, dtype: torch.dtype, into: dict[str, torch.Tensor] | None = None
+    ) -> dict[str, torch.Tensor] | None:
+        """The full weights as CPU tensors, floating-point ones in ``dtype`` (the servers'), each tied
+        tensor once: what a broadcast sends and its files are written from, while training goes on.
+        ``into``: the last snapshot, reused where it fits (memory already touched: the copy then costs
+        a memcpy, not page faults). In a group a collective (every rank calls it); None off the leader."""
+        if self.sharding is None:
+            state, seen = {}, set()
+            for name, t in self.model.state_dict().items():
+                if t.data_ptr() not in seen:  # tied weights (lm_head = embeddings) share storage: sent once
+                    seen.add(t.data_ptr())
+                    state[name] = t
+        else:
+            full = self.sharding.full_state_dict(self.model)
+            if full is None:
+                return None
+            state = full
+        out: dict[str, torch.Tensor] = {}
+        for name, t in state.items():
+            want = dtype if t.is_floating_point() else t.dtype
+            buf = (into or {}).get(name)
+            if buf is None or buf.shape != t.shape or buf.dtype != want:
+                buf = torch.empty(t.shape, dtype=want, pin_memory=t.is_cuda)
+            buf.copy_(t, non_blocking=t.is_cuda)
+            out[name] = buf
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        return out
+
+    def save_snapshot(self, store: WeightsStore, version: int, snapshot: dict[str, torch.Tensor]) -> Published:
+        """Write ``snapshot`` (``weights_snapshot``'s) as ``version``: no collective, any thread."""
+        # save_pretrained pops the tensors it writes from the dict it is given: a copy of the mapping.
+        return store.save(self.model, self.tokenizer, version, self.format, state_dict=dict(snapshot))  # type: ignore[arg-type]
+
     def save_checkpoint(self, checkpointer: Checkpointer, state: TrainerState) -> Path:
         if self.sharding is None:
             return checkpointer.save(self.model, self.optimizer, state)

@@ -2,7 +2,8 @@
 
 Store layout: ``<weights_dir>/<member>/v000007/`` in save_pretrained layout (safetensors; for LoRA
 only ``adapter_model.safetensors`` + ``adapter_config.json``) plus a ``SHA256`` file holding
-``corl.weights_store.digest`` of the folder. A folder appears by atomic rename, complete or not at
+``corl.weights_store.digest`` of the folder and an ``XXH3`` file with its ``fast_digest`` (what the
+servers check: the same bytes, sixteen times faster). A folder appears by atomic rename, complete or not at
 all. Pushing is ``POST /v1/weights`` with the admin token, retried with exponential backoff and
 jitter on connection errors and 5xx; a replica that stays unreachable is remembered as behind and
 brought up to the newest version by ``sync`` once it answers again.
@@ -21,7 +22,7 @@ import httpx
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential_jitter
 
 from corl.proto import InfoResponse, WeightFormat, WeightUpdateRequest
-from corl.weights_store import digest, recorded_digest
+from corl.weights_store import digest, fast_digest, recorded_digest
 
 log = logging.getLogger(__name__)
 
@@ -34,9 +35,12 @@ class Published:
     path: Path
     sha256: str
     format: WeightFormat
+    xxh3: str | None = None  # absent from versions written before the XXH3 file
 
     def request(self) -> WeightUpdateRequest:
-        return WeightUpdateRequest(version=self.version, uri=str(self.path), sha256=self.sha256, format=self.format)
+        return WeightUpdateRequest(
+            version=self.version, uri=str(self.path), sha256=self.sha256, xxh3_128=self.xxh3, format=self.format
+        )
 
 
 class WeightsStore:
@@ -47,7 +51,8 @@ class WeightsStore:
         self.keep = keep
         self.dir.mkdir(parents=True, exist_ok=True)
 
-    def _path(self, version: int) -> Path:
+    def path(self, version: int) -> Path:
+        """Where ``version`` is (or will be) stored."""
         return self.dir / f"v{version:06d}"
 
     def versions(self) -> list[int]:
@@ -62,13 +67,15 @@ class WeightsStore:
         return v[-1] if v else 0
 
     def get(self, version: int, fmt: WeightFormat) -> Published:
-        path = self._path(version)
-        return Published(version, path, recorded_digest(path, (path / "SHA256").read_text().strip()), fmt)
+        path = self.path(version)
+        sha = recorded_digest(path, (path / "SHA256").read_text().strip())
+        xxh3 = (path / "XXH3").read_text().strip() if (path / "XXH3").is_file() else None
+        return Published(version, path, sha, fmt, xxh3)
 
     def save(self, model, tokenizer, version: int, fmt: WeightFormat, state_dict=None) -> Published:  # type: ignore[no-untyped-def]
         """Write ``model`` (a PreTrainedModel or PeftModel) as ``version``; atomic. ``state_dict``: its
         weights gathered whole (a sharded model's own tensors are only this rank's shards)."""
-        final = self._path(version)
+        final = self.path(version)
         if final.exists():
             raise FileExistsError(f"weight version {version} already exists in {self.dir}: versions are never reused")
         tmp = self.dir / f".tmp-{final.name}-{os.getpid()}"
@@ -76,17 +83,18 @@ class WeightsStore:
         model.save_pretrained(tmp, safe_serialization=True, state_dict=state_dict)
         if fmt == "full" and tokenizer is not None:
             tokenizer.save_pretrained(tmp)
-        sha = digest(tmp)
+        sha, xxh3 = digest(tmp), fast_digest(tmp)
         (tmp / "SHA256").write_text(sha + "\n")
+        (tmp / "XXH3").write_text(xxh3 + "\n")
         _fsync_tree(tmp)
         os.rename(tmp, final)
         _fsync_dir(self.dir)
         self._prune()
-        return Published(version, final, sha, fmt)
+        return Published(version, final, sha, fmt, xxh3)
 
     def _prune(self) -> None:
         for v in self.versions()[: -self.keep]:
-            shutil.rmtree(self._path(v), ignore_errors=True)
+            shutil.rmtree(self.path(v), ignore_errors=True)
 
 
 def _fsync_tree(path: Path) -> None:

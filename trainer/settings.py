@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+from typing import Literal
 
 from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -34,6 +35,26 @@ class TrainerSettings(BaseSettings):
     sync_every_s: float = Field(default=15.0, gt=0, description="Check replicas' weight_version this often when idle.")
     http_timeout_s: float = Field(default=60.0, gt=0, description="Per request to a model server.")
     publish_attempts: int = Field(default=4, ge=1)
+    transfer_address: str | None = Field(
+        default=None,
+        description="Address the member's servers reach this trainer at for weight broadcasts (its rendezvous and "
+        "gloo connections); None: this host's address on the route to the first server.",
+    )
+    transfer_port: int = Field(default=0, ge=0, le=65535, description="Rendezvous port of the weight group; 0: any.")
+    transfer_backend: Literal["auto", "gloo", "nccl"] = Field(
+        default="auto", description="The weight group's backend; auto: nccl when the trainer is on a GPU, else gloo."
+    )
+    transfer_timeout_s: float = Field(
+        default=60.0,
+        gt=0,
+        description="Every collective of the weight group (and joining it) fails after this long without a peer: "
+        "the longest a dead or hung replica holds a publish up. The version then goes by files.",
+    )
+    transfer_rejoin_s: float = Field(
+        default=30.0,
+        ge=0,
+        description="A weight group that could not be built (or lacks a replica) is tried again after this long.",
+    )
     keep_checkpoints: int = Field(default=2, ge=1)
     group_timeout_s: float = Field(
         default=1800.0, gt=0, description="A trainer group's collectives wait this long for a rank before failing."

@@ -39,6 +39,14 @@ class TrainingConfig(_Section):
         description="Recompute activations in backward (less memory, ~30% more compute): for real members on CPU.",
     )
     publish_every: int = Field(default=1, ge=1, description="Publish a weight version every this many steps.")
+    weight_transfer: Literal["files", "broadcast"] = Field(
+        default="broadcast",
+        description="How a full-weight version reaches the member's servers. broadcast: over a torch.distributed "
+        "group of the trainer and the replicas (gloo on CPU, NCCL on GPUs), all at once, checked per tensor; the "
+        "files are written afterwards from a CPU copy, off the training path, and serve resume, late replicas and "
+        "final/. Where the servers cannot join a group (or a LoRA adapter is published) it falls back to files. "
+        "files: write, checksum, then each replica loads the files (the only path before).",
+    )
     keep_versions: int = Field(default=3, ge=1, description="Published versions kept in the weights store.")
     max_staleness: int = Field(default=3, ge=0, description="Drop batches generated more than K versions ago.")
     checkpoint_every: int = Field(

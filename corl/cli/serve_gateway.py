@@ -36,4 +36,5 @@ def gateway(
     harvest = cfg.gateway.harvest
     what = f"harvesting {harvest.sample:.0%} of {', '.join(harvest.routes)}" if harvest.enabled else "not harvesting"
     typer.echo(f"gateway for run {cfg.run_id!r} ({len(cfg.members)} members, {what}) on http://{host}:{port}/v1")
-    uvicorn.run(create_app(settings, config=cfg), host=host, port=port, log_config=None)
+    # No access log: a line per forwarded request costs a proxy more than its routing (/metrics counts them).
+    uvicorn.run(create_app(settings, config=cfg), host=host, port=port, log_config=None, access_log=False)

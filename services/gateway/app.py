@@ -43,13 +43,12 @@ def create_app(
         # The hook is the operator's module: imported once, here, so a wrong name stops the start.
         redact = redactor if redactor is not None else await asyncio.to_thread(Redactor, cfg.gateway.harvest.redact)
         async with AsyncExitStack() as stack:
-            http = httpx.AsyncClient(
-                transport=transport or httpx.AsyncHTTPTransport(retries=settings.transport_retries),
-                timeout=httpx.Timeout(settings.request_timeout_s, connect=settings.connect_timeout_s),
-                limits=httpx.Limits(
-                    max_connections=settings.max_connections, max_keepalive_connections=settings.max_connections
-                ),
+            limits = httpx.Limits(
+                max_connections=settings.max_connections, max_keepalive_connections=settings.max_connections
             )
+            upstream = transport or httpx.AsyncHTTPTransport(retries=settings.transport_retries, limits=limits)
+            timeout = httpx.Timeout(settings.request_timeout_s, connect=settings.connect_timeout_s)
+            http = httpx.AsyncClient(transport=upstream, timeout=timeout)  # the canary's calls; one pool
             stack.push_async_callback(http.aclose)
             redis = aioredis.Redis.from_url(
                 settings.redis_url or cfg.redis_url,
@@ -65,7 +64,7 @@ def create_app(
                 canary.start()
             stack.push_async_callback(harvester.stop)
             stack.push_async_callback(canary.stop)
-            serving = GatewayServing(cfg, http, routes, harvester, metrics, settings.attempts)
+            serving = GatewayServing(cfg, upstream, timeout, routes, harvester, metrics, settings.attempts)
             app.state.harvester, app.state.canary = harvester, canary
             async with serving_on(app, serving):
                 yield

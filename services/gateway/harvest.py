@@ -2,8 +2,9 @@
 
 On the request path only ``offer`` runs: the policy's opt-in and sampling (``corl.harvest.policy``)
 and a ``put_nowait``. A full queue drops the prompt there and then (counted), never the request. The
-workers read the conversation out of the body, apply the size bound, redact it (in a worker thread:
-the hook is the operator's code) and write it with one Lua call that de-duplicates, appends to the
+workers take what is queued (up to ``harvest_batch`` at once), read each conversation out of its body,
+apply the size bound, redact it (a hook, the operator's code, in a worker thread) and write the batch in
+one pipelined round trip: per conversation one Lua call that de-duplicates, appends to the
 pool stream (trimmed to ``max_prompts`` and to its retention: exact bounds, each write removes at most
 the few entries past them) and counts, all at once. A write that fails or passes ``redis_timeout_s``
 drops the prompt (``pool_down``); drop counts that could not be written are written with the next
@@ -35,9 +36,8 @@ from .settings import GatewaySettings
 log = logging.getLogger(__name__)
 
 # KEYS: seen marker, pool stream, stats hash. ARGV: dedupe (0/1), seen TTL s, MAXLEN, MINID, entry JSON,
-# redacted (0/1), then reason/count pairs of drops to add.
+# redacted (0/1).
 _STORE = """
-for i = 7, #ARGV, 2 do redis.call('HINCRBY', KEYS[3], 'dropped:' .. ARGV[i], ARGV[i + 1]) end
 if ARGV[1] == '1' and not redis.call('SET', KEYS[1], '1', 'NX', 'EX', ARGV[2]) then
   redis.call('HINCRBY', KEYS[3], 'dropped:duplicate', 1)
   return 0
@@ -72,7 +72,6 @@ class Harvester:
         self.redis, self.metrics, self.redactor = redis, metrics, redactor
         self.rng = rng or random.Random()
         self.queue: asyncio.Queue[Offer] = asyncio.Queue(maxsize=settings.harvest_queue)
-        self._store = redis.register_script(_STORE)
         self._unwritten: Counter[str] = Counter()  # drops not yet counted in Redis
         self._workers: list[asyncio.Task[None]] = []
 
@@ -105,86 +104,86 @@ class Harvester:
 
     async def _work(self) -> None:
         while True:
-            offer = await self.queue.get()
+            batch = [await self.queue.get()]
+            while len(batch) < self.settings.harvest_batch and not self.queue.empty():
+                batch.append(self.queue.get_nowait())  # under load, one round trip writes many
             self.metrics.queue_depth.set(self.queue.qsize())
             try:
-                if not await self.store(offer) and self._unwritten:
-                    await self._flush()
-            except Exception:  # never fatal: one prompt lost, the worker goes on
-                log.exception("harvest worker: a prompt was lost")
-                self._drop("pool_down")
+                await self.store(batch)
+            except Exception:  # never fatal: these prompts are lost, the worker goes on
+                log.exception("harvest worker: %d prompts were lost", len(batch))
+                for _ in batch:
+                    self._drop("pool_down")
             finally:
-                self.queue.task_done()
-
-    async def _flush(self) -> None:
-        """Count the drops Redis has not counted yet (kept for the next try when it does not answer)."""
-        pending = list(self._unwritten.items())
-        self._unwritten.clear()
-        pipe = self.redis.pipeline(transaction=False)
-        for reason, n in pending:
-            pipe.hincrby(keys.harvest_stats(self.run), f"dropped:{reason}", n)
-        try:
-            async with asyncio.timeout(self.settings.redis_timeout_s):
-                await pipe.execute()
-        except (RedisError, TimeoutError, OSError):
-            self._unwritten.update(dict(pending))
+                for _ in batch:
+                    self.queue.task_done()
 
     def _drop(self, reason: DropReason) -> None:
         self.metrics.dropped.labels(reason).inc()
         self._unwritten[reason] += 1
 
-    async def store(self, offer: Offer) -> bool:
-        """Write one offered request to the pool; True when it was stored."""
+    async def _entry(self, offer: Offer) -> tuple[HarvestedPrompt, str] | None:
+        """The pool entry of an offered request (read, bounded, redacted) and its digest; None: dropped."""
         conv = conversation_of(offer.route, offer.body)
         if conv is None:
             self._drop("unreadable")
-            return False
+            return None
         if too_large(self.policy, conv):
             self._drop("too_large")
-            return False
+            return None
         try:
-            conv, redactions = await asyncio.to_thread(self.redactor, conv)
+            # Patterns alone take microseconds; a hook is the operator's code, which may block: a thread.
+            if self.redactor.hook is None:
+                conv, redactions = self.redactor(conv)
+            else:
+                conv, redactions = await asyncio.to_thread(self.redactor, conv)
         except RedactionFailed as err:
             log.warning("harvest: %s; the conversation was not stored", err)
             self._drop("redaction_failed")
-            return False
+            return None
         sha = digest(conv)
         entry = HarvestedPrompt(
             id=sha[:16], conversation=conv, member=offer.member, route=offer.route, at=offer.at, redactions=redactions
         )
-        min_id = f"{max(0, int((time.time() - self.policy.retention_s) * 1000))}-0"
+        return entry, sha
+
+    async def store(self, offers: list[Offer]) -> int:
+        """Write offered requests to the pool in one round trip; returns how many were stored. The drop
+        counts Redis has not taken yet go with it (and stay pending when it fails)."""
+        entries = [e for e in [await self._entry(o) for o in offers] if e is not None]
         pending = list(self._unwritten.items())
         self._unwritten.clear()
-        args: list[str | int] = [
-            int(self.policy.dedupe),
-            max(1, int(self.policy.retention_s)),
-            self.policy.max_prompts,
-            min_id,
-            entry.model_dump_json(),
-            int(redactions > 0),
-        ]
+        if not entries and not pending:
+            return 0
+        min_id = f"{max(0, int((time.time() - self.policy.retention_s) * 1000))}-0"
+        pipe = self.redis.pipeline(transaction=False)
         for reason, n in pending:
-            args += [reason, n]
+            pipe.hincrby(keys.harvest_stats(self.run), f"dropped:{reason}", n)
+        for entry, sha in entries:
+            args: list[str | int] = [int(self.policy.dedupe), max(1, int(self.policy.retention_s))]
+            args += [self.policy.max_prompts, min_id, entry.model_dump_json(), int(entry.redactions > 0)]
+            ks = [keys.harvest_seen(self.run, sha), keys.harvest_pool(self.run), keys.harvest_stats(self.run)]
+            pipe.eval(_STORE, len(ks), *ks, *args)  # EVAL: no SCRIPT EXISTS round trip, and a restarted Redis is fine
         t0 = time.perf_counter()
         try:
             async with asyncio.timeout(self.settings.redis_timeout_s):
-                added = await self._store(
-                    keys=[keys.harvest_seen(self.run, sha), keys.harvest_pool(self.run), keys.harvest_stats(self.run)],
-                    args=args,
-                )
+                replies = await pipe.execute()
         except (RedisError, TimeoutError, OSError) as err:
             self._unwritten.update(dict(pending))
-            log.warning("harvest: the pool did not take a prompt (%s): dropped", type(err).__name__)
-            self._drop("pool_down")
-            return False
+            log.warning("harvest: the pool did not take %d prompts (%s): dropped", len(entries), type(err).__name__)
+            for _ in entries:
+                self._drop("pool_down")
+            return 0
         self.metrics.pool_write_seconds.observe(time.perf_counter() - t0)
-        if not added:
-            self.metrics.dropped.labels("duplicate").inc()
-            return False
-        self.metrics.harvested.inc()
-        if redactions:
-            self.metrics.redacted.inc()
-        return True
+        added = replies[len(pending) :]
+        for (entry, _), ok in zip(entries, added, strict=True):
+            if not ok:
+                self.metrics.dropped.labels("duplicate").inc()
+                continue
+            self.metrics.harvested.inc()
+            if entry.redactions:
+                self.metrics.redacted.inc()
+        return sum(1 for ok in added if ok)
 
     async def drain(self) -> None:
         """Wait until every queued prompt is written or dropped (tests, shutdown)."""

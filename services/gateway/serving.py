@@ -20,7 +20,6 @@ from collections.abc import AsyncIterator
 import httpx
 from pydantic import ValidationError
 from starlette.responses import Response, StreamingResponse
-from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt
 
 from corl.config import CohortConfig
 from corl.proto.gateway import ForwardedHead, HarvestRoute, HarvestStats
@@ -29,7 +28,7 @@ from corl.services.errors import InvalidInputError, UnavailableError
 
 from .harvest import Harvester, harvest_stats
 from .metrics import GatewayMetrics
-from .upstreams import Replica, Routes, Upstream
+from .upstreams import Routes, Upstream
 
 log = logging.getLogger(__name__)
 
@@ -63,14 +62,16 @@ class GatewayServing:
     def __init__(
         self,
         cfg: CohortConfig,
-        http: httpx.AsyncClient,
+        transport: httpx.AsyncBaseTransport,
+        timeout: httpx.Timeout,
         routes: Routes,
         harvester: Harvester,
         metrics: GatewayMetrics,
         attempts: int,
         rng: random.Random | None = None,
     ) -> None:
-        self.cfg, self.http, self.routes, self.harvester, self.metrics = cfg, http, routes, harvester, metrics
+        self.cfg, self.transport, self.routes, self.harvester, self.metrics = cfg, transport, routes, harvester, metrics
+        self.timeout = timeout.as_dict()
         self.redis = harvester.redis
         self.attempts = attempts
         self.rng = rng or random.Random()
@@ -101,27 +102,30 @@ class GatewayServing:
         return Response(content, status_code=status, headers=out)
 
     async def _send(self, up: Upstream, route: HarvestRoute, body: bytes, headers: dict[str, str]) -> httpx.Response:
-        """The first replica that takes the connection, its response head read (the body still streaming)."""
+        """The first replica that takes the connection, its response head read (the body still streaming).
+
+        Straight to the transport (its pool, its connect retries): the client's cookie, auth and redirect
+        handling are not wanted here and cost a proxy a tenth of a millisecond per request. A replica
+        that refuses the connection (nothing was sent) is followed by the next, at most ``attempts``."""
         sent = {k: v for k, v in headers.items() if k in _PASSED_REQUEST}
         sent |= {"content-type": "application/json", **up.headers}
-        replicas = up.order(self.rng)
-        tried: list[Replica] = []
+        replicas = up.order(self.rng)[: self.attempts]
         t0 = time.perf_counter()
-        try:
-            async for attempt in AsyncRetrying(
-                stop=stop_after_attempt(min(self.attempts, len(replicas))),
-                retry=retry_if_exception_type((httpx.ConnectError, httpx.ConnectTimeout)),
-                reraise=True,
-            ):
-                with attempt:
-                    replica = replicas[len(tried) % len(replicas)]
-                    tried.append(replica)
-                    req = self.http.build_request("POST", up.url(replica, route), content=body, headers=sent)
-                    resp = await self.http.send(req, stream=True)
-        except httpx.HTTPError as err:
+        for k, replica in enumerate(replicas):
+            req = httpx.Request("POST", up.url(replica, route), content=body, headers=sent)
+            req.extensions["timeout"] = self.timeout
+            try:
+                resp = await self.transport.handle_async_request(req)
+                break
+            except (httpx.ConnectError, httpx.ConnectTimeout) as err:
+                if k + 1 < len(replicas):
+                    continue
+                failure: httpx.HTTPError = err
+            except httpx.HTTPError as err:
+                failure = err
             self.metrics.upstream_failures.labels(up.member).inc()
-            log.warning("member %s: no replica answered (%s)", up.member, type(err).__name__)
-            raise UnavailableError(f"member {up.member}: no server answered ({type(err).__name__})") from None
+            log.warning("member %s: no replica answered (%s)", up.member, type(failure).__name__)
+            raise UnavailableError(f"member {up.member}: no server answered ({type(failure).__name__})")
         self.metrics.upstream_seconds.labels(up.member).observe(time.perf_counter() - t0)
         version = resp.headers.get(WEIGHT_VERSION_HEADER)
         if version is not None and version.isdigit():

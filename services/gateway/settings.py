@@ -45,5 +45,8 @@ class GatewaySettings(BaseSettings):
     harvest_queue: int = Field(
         default=1024, ge=1, description="Harvested requests waiting for the pool writer; past it they are dropped."
     )
-    harvest_workers: int = Field(default=2, ge=1, description="Pool writers (each one Redis call per prompt).")
+    harvest_workers: int = Field(default=2, ge=1, description="Pool writers, each writing one batch at a time.")
+    harvest_batch: int = Field(
+        default=64, ge=1, description="Queued prompts one pool writer takes at once (one Redis round trip)."
+    )
     autostart: bool = Field(default=True, description="Start the harvest workers and the canary with the app.")

@@ -7,7 +7,8 @@ completions (whole, or streamed as server-sent events in ``chunks`` pieces), ``G
     serve_app(fake.asgi())                              # a real server (corl.services.model.testing)
 
 Replies are scripted: ``status`` (with ``headers``) answers every request with that status instead;
-``gate`` (a ``threading.Event``), when set, holds a stream after its first chunk until it is set.
+``gate`` (a ``threading.Event``), when set, holds a stream after its first chunk until it is set;
+``delay_s`` stands for generation time (a stream spreads it over its pieces).
 """
 
 from __future__ import annotations
@@ -53,9 +54,11 @@ class FakeUpstream:
     name: str
     version: int = 0
     chunks: int = 4  # pieces of a streamed reply
+    delay_s: float = 0.0  # time "generating" before a reply (a stream's pieces are spread over it)
     status: int | None = None
     headers: dict[str, str] = field(default_factory=dict)
     gate: threading.Event | None = None
+    record: bool = True  # keep every request in ``seen`` (a benchmark does not)
     seen: list[Seen] = field(default_factory=list)
     weights: list[dict[str, Any]] = field(default_factory=list)  # POST /v1/weights bodies
 
@@ -65,7 +68,8 @@ class FakeUpstream:
             info = {"name": self.name, "family": "fake", "parameters": 1, "weight_version": self.version}
             info |= {"backend": "fake", "chat_template": False, "max_context": None}
             return 200, {"content-type": "application/json"}, json.dumps(info).encode()
-        self.seen.append(Seen(path, body, headers))
+        if self.record:
+            self.seen.append(Seen(path, body, headers))
         if path.endswith("/v1/weights"):
             req = json.loads(body)
             self.weights.append(req)
@@ -94,6 +98,7 @@ class FakeUpstream:
         return 200, {"content-type": "text/event-stream", **version}, self._events(common, chat, text)
 
     async def _events(self, common: dict[str, Any], chat: bool, text: str) -> AsyncIterator[bytes]:
+        pause = self.delay_s / self.chunks
         words = [text[len(text) * i // self.chunks : len(text) * (i + 1) // self.chunks] for i in range(self.chunks)]
         for i, piece in enumerate(words):
             last = i == len(words) - 1
@@ -104,6 +109,8 @@ class FakeUpstream:
             else:
                 choice = {"index": 0, "text": piece, "finish_reason": "stop" if last else None}
                 event = {**common, "object": "text_completion", "choices": [choice]}
+            if pause:
+                await asyncio.sleep(pause)
             yield f"data: {json.dumps(event)}\n\n".encode()
             if i == 0 and self.gate is not None:
                 while not self.gate.is_set():
@@ -112,8 +119,14 @@ class FakeUpstream:
 
     # --- as an httpx.MockTransport ------------------------------------------------------------------
 
+    async def _generating(self, path: str) -> None:
+        if self.delay_s and path.endswith("completions"):
+            await asyncio.sleep(self.delay_s)
+
     async def handle(self, request: httpx.Request) -> httpx.Response:
         status, headers, content = self._reply(request.url.path, request.content, dict(request.headers))
+        if isinstance(content, bytes):
+            await self._generating(request.url.path)
         return httpx.Response(status, headers=headers, stream=_Streamed(content))
 
     def transport(self) -> httpx.MockTransport:
@@ -133,7 +146,10 @@ class FakeUpstream:
             if request.url.path in ("/readyz", "/healthz"):
                 await Response(b"{}", media_type="application/json")(scope, receive, send)
                 return
-            status, headers, content = self._reply(request.url.path, await request.body(), dict(request.headers))
+            body = await request.body()
+            status, headers, content = self._reply(request.url.path, body, dict(request.headers))
+            if isinstance(content, bytes):
+                await self._generating(request.url.path)
             resp: Response = (
                 Response(content, status, headers)
                 if isinstance(content, bytes)

@@ -166,6 +166,7 @@ ROLES = {
     ),
     ("train",): Role("trainer", "corl.trainer.settings", "TrainerSettings", "CORL_TRAINER_"),
     ("serve", "sandbox"): Role("sandbox", "corl.services.sandbox.settings", "SandboxSettings", "CORL_SANDBOX_"),
+    ("serve", "gateway"): Role("gateway", "corl.services.gateway.settings", "GatewaySettings", "CORL_GATEWAY_"),
 }
 
 

@@ -102,9 +102,11 @@ def test_each_service_gets_only_the_secrets_it_uses() -> None:
         if name.startswith("model-"):  # they run programs: no Redis password
             assert "CORL_REDIS_PASSWORD" not in env and env["CORL_COHORT_TOKEN"] == USER_ENV["CORL_COHORT_TOKEN"]
             assert env["CORL_TASKS"] == load_config(ROOT / "deploy" / "cohort.compose.yaml").task.name
-        if argv[:1] == ["train"] or argv[:2] in (["serve", "aggregator"], ["serve", "evaluator"]):
+        if argv[:1] == ["train"] or argv[:2] in (["serve", "aggregator"], ["serve", "evaluator"], ["serve", "gateway"]):
             assert env["CORL_REDIS_PASSWORD"] == USER_ENV["CORL_REDIS_PASSWORD"], name
-    for name in ("aggregator", "prometheus", "grafana"):  # published on loopback only, unless told otherwise
+    gateway = SERVICES["gateway"]["environment"]  # agents authenticate with the cohort token; no program runs
+    assert gateway["CORL_COHORT_TOKEN"] == USER_ENV["CORL_COHORT_TOKEN"] and "CORL_SANDBOX_TOKEN" not in gateway
+    for name in ("aggregator", "gateway", "prometheus", "grafana"):  # published on loopback only, unless told otherwise
         assert all(str(p).startswith("127.0.0.1:") for p in SERVICES[name]["ports"]), name
 
 
@@ -274,7 +276,7 @@ def test_prometheus_scrapes_every_service() -> None:
     expected = {"aggregator:8100"}
     for name in CORL_SERVICES:
         argv = service_argv(SERVICES[name])[0]
-        if argv[:2] in (["serve", "model"], ["serve", "evaluator"]) and "-gpu" not in name:
+        if argv[:2] in (["serve", "model"], ["serve", "evaluator"], ["serve", "gateway"]) and "-gpu" not in name:
             expected.add(f"{name}:{option_value(argv, '--port')}")
         elif argv[:1] == ["train"]:
             expected.add(f"{name}:{option_value(argv, '--metrics-port')}")

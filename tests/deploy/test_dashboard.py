@@ -17,9 +17,10 @@ METRIC = re.compile(r"\bcorl_[a-z0-9_]+")
 
 
 def _exported_names() -> set[str]:
-    """Every sample name the model server, aggregator, evaluator and trainer metric modules define."""
+    """Every sample name the model server, aggregator, evaluator, gateway and trainer metric modules define."""
     from corl.services.aggregator.metrics import AggregatorMetrics
     from corl.services.evaluator.metrics import EvaluatorMetrics
+    from corl.services.gateway.metrics import GatewayMetrics
     from corl.services.model.metrics import ServerMetrics
     from corl.trainer.metrics import TrainerMetrics
 
@@ -27,6 +28,7 @@ def _exported_names() -> set[str]:
         ServerMetrics().registry,
         AggregatorMetrics().registry,
         EvaluatorMetrics().registry,
+        GatewayMetrics().registry,
         TrainerMetrics("gpt2").registry,
     ]
     names: set[str] = set()
@@ -62,7 +64,7 @@ def test_every_queried_metric_is_exported(title: str, expr: str) -> None:
 
 def test_metric_names_follow_the_convention() -> None:
     for name in _exported_names():
-        assert re.fullmatch(r"corl_(server|aggregator|evaluator|trainer)_[a-z0-9_]+", name), name
+        assert re.fullmatch(r"corl_(server|aggregator|evaluator|gateway|trainer)_[a-z0-9_]+", name), name
 
 
 @pytest.mark.parametrize(
@@ -77,6 +79,10 @@ def test_metric_names_follow_the_convention() -> None:
         "corl_server_request_duration_seconds_bucket",  # latency
         "corl_aggregator_unconsumed_batches",  # stream backlog
         "corl_aggregator_grader_weight",
+        "corl_gateway_prompts_harvested_total",  # harvest: stored, dropped, redacted, trained on
+        "corl_gateway_prompts_dropped_total",
+        "corl_gateway_prompts_redacted_total",
+        "corl_aggregator_harvested_prompts_trained_total",
     ],
 )
 def test_dashboard_covers(metric: str) -> None:

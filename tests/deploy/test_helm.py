@@ -408,6 +408,7 @@ def test_containers_point_at_the_right_redis_servers_config_and_secret(render: R
         ("Deployment", "trainer"),
         ("Deployment", "aggregator"),
         ("Deployment", "evaluator"),
+        ("Deployment", "gateway"),
     )
     for kind, component in parts:
         for obj in of(objs, kind, component):
@@ -459,7 +460,7 @@ def test_configmap_loads_with_the_services_config_loader(render: Render, tmp_pat
             assert len(cfg.member("big").servers) == 2
 
 
-def test_an_endpoint_member_gets_no_pods_and_its_key_reaches_only_the_aggregator(render: Render) -> None:
+def test_an_endpoint_member_gets_no_pods_and_its_key_reaches_only_the_aggregator_and_gateway(render: Render) -> None:
     objs = render(CUSTOM)
     ops = cohort_config(objs).member("ops-agent")
     assert ops.role == "frozen" and ops.endpoint is not None and ops.servers == []
@@ -475,8 +476,8 @@ def test_an_endpoint_member_gets_no_pods_and_its_key_reaches_only_the_aggregator
     key = {"secretKeyRef": {"name": "ops-keys", "key": "api-key"}}
     for obj in [*of(objs, "Deployment"), *of(objs, "StatefulSet")]:
         for c in containers(obj):
-            has_key = env_of(c).get("OPS_AGENT_KEY") == key
-            assert has_key == (obj["metadata"]["labels"]["app.kubernetes.io/component"] == "aggregator")
+            has_key = env_of(c).get("OPS_AGENT_KEY") == key  # the two that call it
+            assert has_key == (obj["metadata"]["labels"]["app.kubernetes.io/component"] in ("aggregator", "gateway"))
 
 
 def test_experiment_tracking_reaches_every_reporting_process_and_writes_to_the_data_volume(render: Render) -> None:
@@ -601,20 +602,26 @@ def test_network_policies_deny_by_default_and_allow_only_what_corl_needs(render:
     (rule,) = policies["sandbox"]["ingress"][:1]
     assert _peers(rule) == {"model", "aggregator", "evaluator"} and policies["sandbox"]["egress"] == []
     (internal, metrics) = servers["ingress"]
-    assert _peers(internal) == {"aggregator", "evaluator", "trainer"}
+    assert _peers(internal) == {"aggregator", "evaluator", "trainer", "gateway"}
     assert metrics["from"] == [{"namespaceSelector": {}}]  # metricsFrom
     redis_enabled = (CASES[case] or {}).get("redis", {}).get("enabled", True)
     assert ("redis" in policies) == redis_enabled
     if redis_enabled:
         (rule,) = policies["redis"]["ingress"]
-        assert _peers(rule) == {"aggregator", "evaluator", "trainer"} and policies["redis"]["egress"] == []
-    for component in ("aggregator", "evaluator", "trainer"):
+        assert _peers(rule) == {"aggregator", "evaluator", "trainer", "gateway"} and policies["redis"]["egress"] == []
+    for component in ("aggregator", "evaluator", "trainer", "gateway"):
         targets = set().union(*(_peers(r) for r in policies[component]["egress"] if "to" in r))
         expected = {"model", "redis"} if redis_enabled else {"model"}
-        assert targets == expected | ({"sandbox"} if component != "trainer" else set()), component
+        assert targets == expected | ({"sandbox"} if component in ("aggregator", "evaluator") else set()), component
+    (agents,) = policies["gateway"]["ingress"]  # the agent apps: anyone by default (the cohort token guards it)
+    assert agents == {"ports": [{"protocol": "TCP", "port": 8400}]}
     opened = render({"networkPolicy": {"externalEgress": [{"ipBlock": {"cidr": "0.0.0.0/0"}}]}})
     spec = {p["metadata"]["name"]: p["spec"] for p in of(opened, "NetworkPolicy")}
     assert {"to": [{"ipBlock": {"cidr": "0.0.0.0/0"}}]} in spec["t-corl-aggregator"]["egress"]
+    assert {"to": [{"ipBlock": {"cidr": "0.0.0.0/0"}}]} in spec["t-corl-gateway"]["egress"]  # outside endpoints
+    narrowed = render({"networkPolicy": {"gatewayFrom": [{"namespaceSelector": {"matchLabels": {"team": "agents"}}}]}})
+    gw = {p["metadata"]["name"]: p["spec"] for p in of(narrowed, "NetworkPolicy")}["t-corl-gateway"]
+    assert gw["ingress"][0]["from"] == [{"namespaceSelector": {"matchLabels": {"team": "agents"}}}]
     for never in ("t-corl-model", "t-corl-sandbox"):  # those that run or send programs: never outside
         assert all("ipBlock" not in str(r) for r in spec[never]["egress"]), never
     assert not of(render({"networkPolicy": {"enabled": False}}), "NetworkPolicy")
@@ -698,7 +705,7 @@ def test_monitoring_objects(render: Render) -> None:
     assert json.loads(dash["data"]["corl.json"])["uid"] == "corl-cohort"
     custom = render(CUSTOM)
     monitors = {m["metadata"]["labels"]["app.kubernetes.io/component"]: m for m in of(custom, "ServiceMonitor")}
-    assert set(monitors) == {"model", "trainer", "aggregator", "evaluator"}
+    assert set(monitors) == {"model", "trainer", "aggregator", "evaluator", "gateway"}
     for component, sm in monitors.items():
         assert sm["metadata"]["labels"]["release"] == "kube-prometheus-stack"
         selected = [
@@ -753,5 +760,26 @@ def test_every_corl_env_var_is_a_setting_of_the_service(render: Render, case: st
             assert not bad, f"{obj['metadata']['name']}: {bad} are not settings of {role.settings_class}"
             checked += 1
     members = members_of(CASES[case])
-    # A server per member, a trainer per trained member, the aggregator, the evaluator and the sandbox.
-    assert checked == len(members) + sum(m.get("role", "trained") == "trained" for m in members) + 3
+    # A server per member, a trainer per trained member, the aggregator, the evaluator, the sandbox, the gateway.
+    assert checked == len(members) + sum(m.get("role", "trained") == "trained" for m in members) + 4
+
+
+def test_the_gateway_reaches_every_member_and_writes_the_run_pool(render: Render) -> None:
+    """The gateway's Service is the config's gateway.url; it gets the cohort token (agents and the
+    servers), the admin token (canary promotions), the Redis password (the pool), the data volume read-only
+    (published checksums) and the cohort config's gateway section."""
+    objs = render(CUSTOM | {"cohort": {**CUSTOM["cohort"], "gateway": {"harvest": {"sample": 0.5}}}})
+    cfg = cohort_config(objs)
+    (svc,) = of(objs, "Service", "gateway")
+    assert cfg.gateway.url == f"http://{svc['metadata']['name']}:{svc['spec']['ports'][0]['port']}"
+    assert cfg.gateway.harvest.sample == 0.5
+    (dep,) = of(objs, "Deployment", "gateway")
+    (c,) = containers(dep)
+    assert container_argv(c)[:2] == ["serve", "gateway"] and arg(c, "--config") == "/etc/corl/cohort.yaml"
+    env = env_of(c)
+    assert env["CORL_COHORT_TOKEN"]["secretKeyRef"]["key"] == "cohort-token"
+    assert env["CORL_ADMIN_TOKEN"]["secretKeyRef"]["key"] == "token"  # CUSTOM's adminTokenKey
+    assert "CORL_SANDBOX_TOKEN" not in env  # it runs no program
+    assert all(m.get("readOnly") for m in c["volumeMounts"])
+    assert not of(render({"gateway": {"enabled": False}}), "Deployment", "gateway")
+    assert cohort_config(render({"gateway": {"enabled": False}})).gateway.url is None

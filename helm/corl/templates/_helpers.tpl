@@ -49,6 +49,9 @@ app.kubernetes.io/part-of: corl
 {{- define "corl.evaluatorName" -}}
 {{- printf "%s-evaluator" (include "corl.fullname" .) -}}
 {{- end -}}
+{{- define "corl.gatewayName" -}}
+{{- printf "%s-gateway" (include "corl.fullname" .) -}}
+{{- end -}}
 {{- define "corl.sandboxName" -}}
 {{- printf "%s-sandbox" (include "corl.fullname" .) -}}
 {{- end -}}
@@ -180,6 +183,13 @@ app.kubernetes.io/part-of: corl
 {{- with .Values.cohort.tracking -}}
 {{- $_ := set $cfg "tracking" (merge (dict) . (dict "dir" (printf "%s/tracking" $mount))) -}}
 {{- end -}}
+{{- $gateway := default (dict) .Values.cohort.gateway -}}
+{{- if .Values.gateway.enabled -}}
+{{- $gateway = merge (dict "url" (printf "http://%s:%d" (include "corl.gatewayName" .) (int .Values.gateway.port))) $gateway -}}
+{{- end -}}
+{{- with $gateway -}}
+{{- $_ := set $cfg "gateway" . -}}
+{{- end -}}
 {{- toYaml $cfg -}}
 {{- end -}}
 
@@ -203,7 +213,7 @@ app.kubernetes.io/part-of: corl
       key: {{ .root.Values.auth.cohortTokenKey }}
 {{- end -}}
 
-{{/* The built-in Redis's password, for the aggregator, trainers and the evaluator only. (dict "root" $) */}}
+{{/* The built-in Redis's password, for the aggregator, trainers, the evaluator and the gateway only. (dict "root" $) */}}
 {{- define "corl.redisPasswordEnv" -}}
 {{- if .root.Values.redis.enabled }}
 - name: CORL_REDIS_PASSWORD
@@ -243,8 +253,8 @@ app.kubernetes.io/part-of: corl
 {{- end }}
 {{- end -}}
 
-{{/* The aggregator's environment for outside endpoint members' keys: each api_key_env variable
-     from its apiKeySecret (the key never enters the ConfigMap). (dict "root" $) */}}
+{{/* The environment for outside endpoint members' keys, of the aggregator and the gateway (both call
+     them): each api_key_env variable from its apiKeySecret (the key never enters the ConfigMap). (dict "root" $) */}}
 {{- define "corl.endpointKeyEnv" -}}
 {{- range .root.Values.members }}
 {{- if and .endpoint .endpoint.apiKeySecret }}

@@ -20,6 +20,17 @@ Each figure is the best of ``--repeats`` (a shared machine mostly adds noise). A
 ``seconds = a + b * bytes`` per step, over all models, is extrapolated to an 8B model in bf16
 (16 GB of safetensors). Results go to ``--out`` (JSON) and print as a table; the load average before
 and after is recorded with them.
+
+The in-memory path (``weight_broadcast.py`` says what each figure is):
+
+    python bench/weight_sync.py [MODEL_DIR ...] --broadcast [--replicas 1 --replicas 2]
+    python bench/weight_sync.py --broadcast-check [MODEL_DIR]
+
+``--broadcast`` adds, per model and replica count, the broadcast against the file path with real
+server processes: copy floor, trainer stall, version-visible latency, serving pause (to
+``--broadcast-out``). ``--broadcast-check`` runs only that, for one model (default: the trio's
+Qwen2.5-Coder-0.5B, ``cohort/trio/qwen25``) with two replicas, and prints
+``RESULT visible_over_floor=<x> stall_over_floor=<y> ...`` (the goals: <= 3 and <= 1.5).
 """
 
 from __future__ import annotations
@@ -209,6 +220,103 @@ def _table(rows: list[dict[str, Any]], fits: dict[str, dict[str, float]]) -> Non
     Console(width=220).print(table)
 
 
+BROADCAST_COLUMNS = (
+    "floor_s",
+    "broadcast_stall_s",
+    "broadcast_visible_s",
+    "broadcast_pause_s",
+    "broadcast_send_s",
+    "broadcast_files_after_s",
+    "files_stall_s",
+    "files_visible_s",
+    "files_pause_s",
+)
+
+
+def broadcast_rows(
+    models: list[tuple[str, Path]], replicas: list[int], repeats: int, work: Path | None
+) -> list[dict[str, Any]]:
+    """The in-memory path against the file path (``weight_broadcast.measure``) per model and replica count."""
+    from weight_broadcast import measure
+
+    rows = []
+    for name, path in models:
+        for count in replicas:
+            scratch = Path(tempfile.mkdtemp(prefix="corl-bench-broadcast-", dir=work))
+            try:
+                row = {"model": name, **measure(path, count, repeats, scratch)}
+            finally:
+                shutil.rmtree(scratch, ignore_errors=True)
+            row["visible_over_floor"] = row["broadcast_visible_s"] / row["floor_s"]
+            row["stall_over_floor"] = row["broadcast_stall_s"] / row["floor_s"]
+            rows.append(row)
+            print(json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in row.items()}), flush=True)
+            gc.collect()
+    return rows
+
+
+def _broadcast_table(rows: list[dict[str, Any]]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="one version, broadcast vs files (seconds; ratios to the copy floor)")
+    for col in ("model", "replicas", "MB", *BROADCAST_COLUMNS, "visible/floor", "stall/floor"):
+        table.add_column(col, justify="left" if col == "model" else "right")
+    for r in rows:
+        table.add_row(
+            r["model"],
+            str(r["replicas"]),
+            f"{r['bytes'] / 1e6:,.1f}",
+            *(f"{r[c]:.3f}" for c in BROADCAST_COLUMNS),
+            f"{r['visible_over_floor']:.2f}",
+            f"{r['stall_over_floor']:.2f}",
+        )
+    Console(width=240).print(table)
+
+
+def _machine(args: argparse.Namespace, load_before: tuple[float, float, float]) -> dict[str, Any]:
+    import torch
+
+    return {
+        "cpus": len(os.sched_getaffinity(0)),
+        "threads": args.threads,
+        "loadavg_before": load_before,
+        "loadavg_after": os.getloadavg(),
+        "memory_gib": os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30,
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "repeats": args.repeats,
+        "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+    }
+
+
+def broadcast_check(args: argparse.Namespace) -> None:
+    """The acceptance case: one model (the trio's 0.5B unless given) with two replicas; one RESULT line."""
+    path = args.models[0] if args.models else Path(__file__).resolve().parents[1] / "cohort" / "trio" / "qwen25"
+    if not (path / "config.json").is_file():
+        raise SystemExit(f"no model at {path}: build it (corl cohort init --preset trio --out cohort/trio) or name one")
+    load_before = os.getloadavg()
+    [row] = broadcast_rows([(path.name, path)], [2], args.repeats, args.work)
+    args.broadcast_out.write_text(json.dumps({"machine": _machine(args, load_before), "rows": [row]}, indent=2) + "\n")
+    fields = {
+        "visible_over_floor": row["visible_over_floor"],
+        "stall_over_floor": row["stall_over_floor"],
+        "floor_s": row["floor_s"],
+        "visible_s": row["broadcast_visible_s"],
+        "stall_s": row["broadcast_stall_s"],
+        "pause_s": row["broadcast_pause_s"],
+        "files_visible_s": row["files_visible_s"],
+        "files_stall_s": row["files_stall_s"],
+        "files_pause_s": row["files_pause_s"],
+    }
+    met = row["visible_over_floor"] <= 3.0 and row["stall_over_floor"] <= 1.5
+    print(
+        "RESULT "
+        + " ".join(f"{k}={v:.3f}" for k, v in fields.items())
+        + f" replicas=2 model={path.name} bytes={row['bytes']} dtype={row['dtype']} goals_met={'yes' if met else 'no'}"
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("models", nargs="*", type=Path, help="save_pretrained directories")
@@ -218,7 +326,20 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="torch threads")
     ap.add_argument("--work", type=Path, default=None, help="where versions are written (default: a temp dir)")
     ap.add_argument("--out", type=Path, default=Path(__file__).with_name("weight_sync.json"))
+    ap.add_argument("--broadcast", action="store_true", help="also time the in-memory path against the files")
+    ap.add_argument(
+        "--replicas", type=int, action="append", default=None, help="server replicas for --broadcast (default 1 and 2)"
+    )
+    ap.add_argument(
+        "--broadcast-check",
+        action="store_true",
+        help="only the acceptance case: one model (default cohort/trio/qwen25), two replicas, a RESULT line",
+    )
+    ap.add_argument("--broadcast-out", type=Path, default=Path(__file__).with_name("weight_broadcast.json"))
     args = ap.parse_args()
+    if args.broadcast_check:
+        broadcast_check(args)
+        return
     import torch
     from transformers.utils import logging as hf_logging
 
@@ -242,6 +363,12 @@ def main() -> None:
         print(json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in row.items()}), flush=True)
         gc.collect()
     fits, load_after = fit(rows), os.getloadavg()
+    if args.broadcast:
+        wide = broadcast_rows(models, args.replicas or [1, 2], args.repeats, args.work)
+        args.broadcast_out.write_text(
+            json.dumps({"machine": _machine(args, load_before), "rows": wide}, indent=2) + "\n"
+        )
+        _broadcast_table(wide)
     result = {
         "machine": {
             "cpus": len(os.sched_getaffinity(0)),

@@ -218,8 +218,8 @@ class WeightBroadcaster:
                 outcomes[url] = "unreachable"
             if status != 200:
                 log.warning("%s: replica %s did not take version %d: %s %s", self.member, url, version, status, text)
-        if any(o == "unreachable" for o in outcomes.values()):
-            self.close_group()
+        if any(o == "unreachable" for o in outcomes.values()) or self.excluded & set(self.replicas):
+            self.close_group()  # a replica left it (or must not be in it): the next publish builds it anew
         seconds = time.perf_counter() - t0
         if sent:
             self.metrics.labels(self.metrics.weight_broadcast_seconds).observe(seconds)

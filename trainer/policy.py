@@ -22,6 +22,7 @@ from .collate import pack
 from .losses import policy_loss, response_logps
 from .publish import Published, WeightsStore
 from .sharding import LocalChunk, Sharding, default_micro_batch, split_chunks
+from .snapshot import cpu_snapshot
 
 
 @dataclass(frozen=True)
@@ -154,32 +155,12 @@ class PolicyTrainer:
     def weights_snapshot(
         self, dtype: torch.dtype, into: dict[str, torch.Tensor] | None = None
     ) -> dict[str, torch.Tensor] | None:
-        """The full weights as CPU tensors, floating-point ones in ``dtype`` (the servers'), each tied
-        tensor once: what a broadcast sends and its files are written from, while training goes on.
-        ``into``: the last snapshot, reused where it fits (memory already touched: the copy then costs
-        a memcpy, not page faults). In a group a collective (every rank calls it); None off the leader."""
+        """The full weights as a CPU snapshot in the servers' ``dtype`` (``cpu_snapshot``), reusing
+        ``into``. In a group a collective (every rank calls it); None off the leader."""
         if self.sharding is None:
-            state, seen = {}, set()
-            for name, t in self.model.state_dict().items():
-                if t.data_ptr() not in seen:  # tied weights (lm_head = embeddings) share storage: sent once
-                    seen.add(t.data_ptr())
-                    state[name] = t
-        else:
-            full = self.sharding.full_state_dict(self.model)
-            if full is None:
-                return None
-            state = full
-        out: dict[str, torch.Tensor] = {}
-        for name, t in state.items():
-            want = dtype if t.is_floating_point() else t.dtype
-            buf = (into or {}).get(name)
-            if buf is None or buf.shape != t.shape or buf.dtype != want:
-                buf = torch.empty(t.shape, dtype=want, pin_memory=t.is_cuda)
-            buf.copy_(t, non_blocking=t.is_cuda)
-            out[name] = buf
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
-        return out
+            return cpu_snapshot(self.model.state_dict(), dtype, into)
+        full = self.sharding.full_state_dict(self.model)  # already CPU copies: ``into`` would not save one
+        return None if full is None else cpu_snapshot(full, dtype)
 
     def save_snapshot(self, store: WeightsStore, version: int, snapshot: dict[str, torch.Tensor]) -> Published:
         """Write ``snapshot`` (``weights_snapshot``'s) as ``version``: no collective, any thread."""

@@ -64,14 +64,17 @@ class WeightTransferServing:
         manifest = [(t.name, t.dtype, tuple(t.shape)) for t in req.tensors]
         try:
             seconds = await backend.receive_weights(req.version, manifest, req.uri)
-        except (StaleVersionError, TransferAbortedError):
+        except (StaleVersionError, TransferAbortedError) as err:
             metrics.weight_updates.labels("conflict").inc()
+            log.warning("weight broadcast %d not taken: %s", req.version, err)
             raise
-        except WeightLoadError:
+        except WeightLoadError as err:
             metrics.weight_updates.labels("invalid").inc()
+            log.warning("weight broadcast %d refused: %s", req.version, err)
             raise
-        except ServiceError:
+        except ServiceError as err:
             metrics.weight_updates.labels("error").inc()
+            log.warning("weight broadcast %d failed (%s); version %d serves", req.version, err, backend.weight_version)
             raise
         except Exception as err:  # an engine failure is the server's, not the caller's
             metrics.weight_updates.labels("error").inc()

@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 import socket
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Literal
@@ -197,56 +197,75 @@ class TransferGroup:
             raise TransferRefused(version, refused)
 
     def _pipelined(
-        self, tensors: Sequence[torch.Tensor], before: Callable[[int], None], after: Callable[[int], None]
+        self,
+        tensors: Iterable[torch.Tensor],
+        before: Callable[[int, torch.Tensor], None],
+        after: Callable[[int, torch.Tensor], None],
     ) -> None:
-        """Broadcast every tensor in pieces, a few in flight: ``before(i)`` as tensor i's pieces are about
-        to go, ``after(i)`` once they all went (each overlaps the pieces still in flight)."""
-        pending: deque[tuple[Any, int | None]] = deque()
+        """Broadcast every tensor in pieces, a few in flight: ``before(i, t)`` as tensor i's pieces are
+        about to go, ``after(i, t)`` once they all went (each overlaps the pieces still in flight). Each
+        tensor is taken from ``tensors`` once, as its turn comes (a sender may make it then, a receiver
+        allocate it then and let it go in ``after``)."""
+        pending: deque[tuple[Any, tuple[int, torch.Tensor] | None]] = deque()
         for i, t in enumerate(tensors):
             if not t.is_contiguous():
                 raise ValueError("weight broadcasts send and receive contiguous tensors")
-            before(i)
+            before(i, t)
             flat = t.view(-1)
             pieces = flat.split(max(1, PIECE_BYTES // t.element_size())) if flat.numel() else (flat,)
             for j, piece in enumerate(pieces):
-                pending.append((self._broadcast(piece), i if j == len(pieces) - 1 else None))
+                pending.append((self._broadcast(piece), (i, t) if j == len(pieces) - 1 else None))
                 while len(pending) > IN_FLIGHT:
                     self._finish(*pending.popleft(), after)
         while pending:
             self._finish(*pending.popleft(), after)
 
-    def _finish(self, work: Any, done: int | None, after: Callable[[int], None]) -> None:
+    def _finish(self, work: Any, done: tuple[int, torch.Tensor] | None, after: Callable[..., None]) -> None:
         self._wait(work)
         if done is not None:
-            after(done)
+            after(*done)
 
-    def send(self, version: int, tensors: Sequence[torch.Tensor]) -> int:
-        """Rank 0: one version (steps 1-3); returns the bytes sent. Tensors on this group's device."""
+    def send(self, version: int, tensors: Iterable[torch.Tensor]) -> int:
+        """Rank 0: one version (steps 1-3); returns the bytes sent. Tensors on this group's device (an
+        iterable may move each one there as its turn comes)."""
         self.agree(version, True)
-        prints = [0] * len(tensors)
+        prints: list[int] = []
+        sent = 0
 
-        def before(i: int) -> None:  # the fingerprint of what is sent, taken while earlier pieces fly
-            prints[i] = fingerprint(tensors[i], self.kind)
+        def before(i: int, t: torch.Tensor) -> None:  # the fingerprint of what is sent, while earlier pieces fly
+            nonlocal sent
+            prints.append(fingerprint(t, self.kind))
+            sent += t.numel() * t.element_size()
 
-        self._pipelined(tensors, before, lambda i: None)
+        self._pipelined(tensors, before, lambda i, t: None)
         self._wait(self._broadcast(torch.tensor(prints, dtype=torch.int64, device=self.device)))
-        return sum(t.numel() * t.element_size() for t in tensors)
+        return sent
 
     def refuse(self, version: int) -> None:
         """A receiver's no to this version (step 1 only); raises ``TransferRefused`` as every rank does."""
         self.agree(version, False)
 
-    def receive(self, version: int, names: Sequence[str], dests: Sequence[torch.Tensor]) -> None:
-        """A receiver: one version into ``dests`` (contiguous, this group's device, the manifest's dtypes
-        and shapes); ``FingerprintMismatch`` naming the tensors whose bytes differ from what was sent."""
+    def receive(
+        self,
+        version: int,
+        names: Sequence[str],
+        dests: Iterable[torch.Tensor],
+        on_tensor: Callable[[int, torch.Tensor], None] | None = None,
+    ) -> None:
+        """A receiver: one version into ``dests`` (one per name: contiguous, this group's device, the
+        manifest's dtypes and shapes; an iterable may allocate each as its turn comes); ``on_tensor(i,
+        t)`` once tensor i is in (an engine loads it, then the buffer may go). ``FingerprintMismatch``
+        names the tensors whose bytes differ from what was sent (found after all of them arrived)."""
         self.agree(version, True)
-        prints: list[int] = [0] * len(dests)
+        prints: list[int] = [0] * len(names)
 
-        def after(i: int) -> None:  # fingerprints of the tensors already in, while the next pieces arrive
-            prints[i] = fingerprint(dests[i], self.kind)
+        def after(i: int, t: torch.Tensor) -> None:  # while the next pieces arrive
+            prints[i] = fingerprint(t, self.kind)
+            if on_tensor is not None:
+                on_tensor(i, t)
 
-        self._pipelined(dests, lambda i: None, after)
-        sent = torch.empty(len(dests), dtype=torch.int64, device=self.device)
+        self._pipelined(dests, lambda i, t: None, after)
+        sent = torch.empty(len(names), dtype=torch.int64, device=self.device)
         self._wait(self._broadcast(sent))
         bad = [names[i] for i, (a, b) in enumerate(zip(prints, sent.tolist(), strict=True)) if a != b]
         if bad:

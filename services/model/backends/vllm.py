@@ -10,7 +10,12 @@ Weights (checked by ``weights.py`` while the old weights serve): a full swap the
 waits for the requests in flight (they finish on the old weights and report the old version),
 re-checks that the files were not rewritten, loads them in place (the workers' ``reload_weights``:
 no restart), resets the prefix cache and reopens; requests that arrive meanwhile wait, none fails.
-A load that fails inside vLLM is undone by reloading the previous directory. A LoRA update needs no
+A load that fails inside vLLM is undone by reloading the previous directory. On GPUs a full version
+may also come by broadcast from the member's weight group (``receive_weights``; the engine's workers
+hold the group through ``vllm_transfer.TransferWorker``): checked as files are, then drained, each
+tensor loaded as it lands, fingerprints compared, the prefix cache reset, flipped; a transfer that
+fails reloads the previous version's files. Written for GPUs and not run here (no GPU, no vLLM in
+this environment). A LoRA update needs no
 drain: running requests keep their adapter, new ones get the new adapter under a new name per
 version. Architectures without vLLM LoRA support (GPT-2, Mamba) get the adapter merged on the CPU
 and swapped in as full weights. A stream is one request in ``DELTA`` mode, admitted like any other.
@@ -30,9 +35,11 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from corl import weights_store
+from corl.transfer import GroupSpec, dtype_name
 
 from . import weights
 from .base import (
@@ -40,11 +47,15 @@ from .base import (
     BackendError,
     GenerateOutput,
     JudgeOutput,
+    Manifest,
     SamplingParams,
+    StaleVersionError,
     Streamed,
     StreamStep,
     TokenDelta,
+    TransferAbortedError,
     WeightFormat,
+    WeightGroupError,
     WeightLoadError,
     single_token_id,
 )
@@ -94,6 +105,7 @@ class VLLMBackend(Backend):
         self._by_lora: dict[int, int] = {}  # adapter id -> requests in flight with it
         self._merged_dir: str | None = None  # CPU-merged LoRA weights now serving (non-LoRA archs)
         self._failed: str | None = None
+        self._group: str | None = None  # the weight group the engine's workers are in
         self._tasks: set[asyncio.Future[None]] = set()
         self.peak_inflight = 0  # most requests in the engine at once (continuous batching at work)
 
@@ -378,3 +390,81 @@ class VLLMBackend(Backend):
             if not extra.endswith(".safetensors"):
                 os.remove(os.path.join(out, extra))
         return out
+
+    # --- the weight group (GPUs only: the engine's workers hold it, see vllm_transfer) ------------
+    @property
+    def weight_group(self) -> str | None:
+        return self._group
+
+    def transfer_dtype(self) -> str | None:
+        if not (self._engine.started and self._engine.transfer):
+            return None
+        return dtype_name(self._engine.llm.model_config.dtype)
+
+    async def join_weight_group(self, spec: GroupSpec) -> list[int]:
+        if self.transfer_dtype() is None or spec.backend != "nccl":
+            raise WeightLoadError("a vLLM server joins NCCL weight groups, on GPUs only", field="backend")
+        await self.leave_weight_group()
+        body = {**vars(spec), "rank_offset": spec.rank}
+        llm = self._engine.llm
+        try:
+            ranks = await self._engine.run(llm.collective_rpc("corl_join_group", args=(body,)))
+        except Exception as err:  # noqa: BLE001 - a worker that could not join: the group is not formed
+            raise WeightGroupError(f"could not join weight group {spec.group_id}: {err}") from None
+        self._group = spec.group_id
+        return sorted(int(r) for r in ranks)
+
+    async def leave_weight_group(self) -> None:
+        if self._group is not None:
+            self._group = None
+            with contextlib.suppress(Exception):
+                await self._engine.run(self._engine.llm.collective_rpc("corl_leave_group"))
+
+    async def receive_weights(self, version: int, manifest: Manifest, uri: str | None) -> float:
+        if self._group is None:
+            raise WeightGroupError("this server is in no weight group")
+        llm = self._engine.llm
+        async with self._swap_lock:
+            if self._failed:
+                raise BackendError(self._failed)
+            t0 = time.perf_counter()
+            try:
+                weights.check_newer(version, self.weight_version)
+                dtypes = dict.fromkeys(self._reference, self.transfer_dtype() or "")
+                weights.check_manifest(manifest, self._reference, dtypes, self._aliases)
+            except (StaleVersionError, WeightLoadError):
+                with contextlib.suppress(Exception):  # the workers' no, so that no rank waits for them
+                    await self._engine.run(llm.collective_rpc("corl_refuse", args=(version,)))
+                raise
+            plain = [(name, dtype, list(shape)) for name, dtype, shape in manifest]
+            async with self._drained():
+                try:
+                    await self._engine.run(llm.collective_rpc("corl_receive", args=(version, plain)))
+                except Exception as err:  # noqa: BLE001 - the workers' errors come back as text
+                    await self._receive_failed(str(err))
+                finally:
+                    await self._engine.run(llm.reset_prefix_cache())  # no KV block of other weights reused
+                self._serve(_Serving(version))
+                if uri is not None:
+                    self._engine.weights_path = uri  # where this version's files appear: a restore reads them
+            seconds = time.perf_counter() - t0
+            log.info("%s: took weight version %d from group %s in %.3fs", self.name, version, self._group, seconds)
+            return seconds
+
+    async def _receive_failed(self, message: str) -> None:
+        """Map a worker's failure to the contract, after putting the previous version back."""
+        if "refused by rank" in message:  # the agree step said no: nothing was written
+            raise TransferAbortedError(message)
+        if "broken" in message or "weight group" in message:
+            self._group = None  # the workers left the broken group
+        previous = self._engine.weights_path
+        deadline = time.monotonic() + 120.0
+        while not Path(previous).is_dir() and time.monotonic() < deadline:
+            await asyncio.sleep(0.2)  # a version taken by broadcast: its files are being written
+        try:
+            await self._reload(previous)
+        except BackendError:
+            pass  # _reload marked the backend failed (503) when even the restore failed
+        if "different fingerprint" in message:
+            raise WeightLoadError(message, field="tensors")
+        raise WeightGroupError(message)

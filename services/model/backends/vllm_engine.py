@@ -92,6 +92,8 @@ def engine_kwargs(model_dir: str, options: EngineOptions, *, on_gpu: bool, lora:
     }
     if options.max_model_len is not None:
         kwargs["max_model_len"] = options.max_model_len
+    if on_gpu:  # the in-memory weight path: each worker can join the member's NCCL weight group
+        kwargs["worker_extension_cls"] = "corl.services.model.backends.vllm_transfer.TransferWorker"
     twice = sorted(kwargs.keys() & options.extra.keys())
     if twice:
         raise ValueError(f"vLLM options {twice} are set by EngineOptions fields; remove them from extra")
@@ -106,6 +108,7 @@ class VLLMEngine:
         self.options = options or EngineOptions()
         self.weights_path = self.model_dir  # directory of the full weights now in the engine
         self.lora_enabled = False
+        self.transfer = False  # its workers can join a weight group (the extension: engines on GPUs)
         self.max_model_len: int | None = None
         self._lora_ids = itertools.count(1)  # adapter ids are never reused within one engine
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -154,6 +157,7 @@ class VLLMEngine:
         lora = lora_supported(self.model_dir) if o.enable_lora is None else o.enable_lora
         kwargs = engine_kwargs(self.model_dir, o, on_gpu=on_gpu, lora=lora)
         self.lora_enabled = lora
+        self.transfer = "worker_extension_cls" in kwargs
         log.info(
             "starting vLLM engine for %s (dtype %s, tensor parallel %d, lora %s)",
             self.model_dir,

@@ -9,6 +9,7 @@ from pydantic import Field
 from ._base import WireModel
 from .endpoints import EndpointStats
 from .grading import RoundStats
+from .weights import WeightTransfer
 
 
 class MemberView(WireModel):
@@ -25,6 +26,9 @@ class MemberView(WireModel):
     collapse: bool = Field(description="The member's collapse alarm is raised.")
     label_share: float | None = Field(
         default=None, description="Last round's share of the other members' labels equal to its answer."
+    )
+    weight_transfer: WeightTransfer | None = Field(
+        default=None, description="How its new versions reach its servers: broadcast or files (None: none yet)."
     )
     endpoint: EndpointStats | None = Field(
         default=None, description="An outside endpoint member's counters (None: a member corl serves)."

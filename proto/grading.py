@@ -15,6 +15,7 @@ from .endpoints import EndpointStats
 from .gateway import HarvestStats
 from .grade import GradeMode, Score
 from .heldout import HeldoutAccuracy
+from .weights import WeightTransfer
 
 GraderName = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9_-]{0,39}$")]
 
@@ -161,6 +162,11 @@ class RunStats(WireModel):
         default_factory=dict,
         description="Latest held-out accuracy per member, as the run's evaluator read it through the member's "
         "server (absent: not read yet; outside endpoints are not read).",
+    )
+    weight_transfer: dict[str, WeightTransfer] = Field(
+        default_factory=dict,
+        description="How each trained member's new versions reach its servers, as its trainer last recorded it: "
+        "broadcast (its weight group) or files (absent: no version published yet).",
     )
     harvest: HarvestStats | None = Field(
         default=None,

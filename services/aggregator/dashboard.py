@@ -73,6 +73,7 @@ def build_view(
                 backlog=backlog.get(m.name) if m.role == "trained" else None,
                 collapse=m.name in stats.collapse,
                 label_share=last.label_share if last else None,
+                weight_transfer=stats.weight_transfer.get(m.name),
                 endpoint=stats.endpoints.get(m.name),
             )
         )

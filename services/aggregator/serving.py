@@ -106,6 +106,7 @@ class AggregatorServing:
         rounds = await self.store.recent_stats(min(last or self.settings.stats_rounds, self.settings.stats_rounds))
         heldout = read_readings(await self.store.heldout())
         harvest = read_stats(*await self.store.harvest()) if self.source.kind == "harvest" else None
+        transfers = await self.store.weight_transfers([m.name for m in self.cfg.members if m.role == "trained"])
         return run_stats(
             self.cfg.run_id,
             self.driver.round_state.next_round,
@@ -115,6 +116,7 @@ class AggregatorServing:
             {name: c.stats() for name, c in self.endpoints.items()},
             {m.name: heldout[m.name] for m in self.cfg.served_members() if m.name in heldout},
             harvest,
+            transfers,
         )
 
     async def dashboard(self, run: str, last: int | None = None) -> proto.DashboardView:

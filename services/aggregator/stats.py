@@ -67,6 +67,7 @@ def run_stats(
     endpoints: Mapping[str, EndpointStats] | None = None,
     heldout: Mapping[str, HeldoutAccuracy] | None = None,
     harvest: HarvestStats | None = None,
+    weight_transfer: Mapping[str, str] | None = None,
 ) -> RunStats:
     return RunStats(
         run_id=run_id,
@@ -78,4 +79,5 @@ def run_stats(
         endpoints=dict(endpoints or {}),
         heldout=dict(heldout or {}),
         harvest=harvest,
+        weight_transfer=dict(weight_transfer or {}),
     )

@@ -141,6 +141,14 @@ class RoundStore:
         entries: Any = await self.redis.xrevrange(self._stats, count=n)
         return [fields[b"stats"].decode() for _, fields in reversed(entries)]
 
+    async def weight_transfers(self, members: list[str]) -> dict[str, str]:
+        """How each trained member's versions reach its servers, as its trainer last recorded it."""
+        pipe = self.redis.pipeline(transaction=False)
+        for m in members:
+            pipe.hget(keys.trainer_state(self.run, m), "weight_transfer")
+        got = await pipe.execute()
+        return {m: as_str(v) for m, v in zip(members, got, strict=True) if v is not None}
+
     async def heldout(self) -> dict[bytes, bytes]:
         """The evaluator's latest held-out reading per member (raw hash: ``corl.heldout.read_readings``)."""
         raw: Any = await self.redis.hgetall(keys.heldout_accuracy(self.run))

@@ -63,7 +63,8 @@
     body.replaceChildren(...view.members.map((m) => {
       const tr = document.createElement("tr");
       tr.dataset.member = m.name;
-      const weights = m.endpoint ? "endpoint" : m.weight_version === null ? "down" : "v" + m.weight_version;
+      const version = m.endpoint ? "endpoint" : m.weight_version === null ? "down" : "v" + m.weight_version;
+      const weights = m.weight_transfer ? version + " (" + m.weight_transfer + ")" : version;
       tr.append(
         cell(m.name), cell(m.role), cell(weights),
         cell(fmt(m.mean_reward)), cell(fmt(m.label_rate, 2)), cell(fmt(m.distinct_answers, 2)),

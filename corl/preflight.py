@@ -156,6 +156,8 @@ def trainer_need(member: MemberConfig, shape: ModelShape, cfg: CohortConfig) -> 
     }
     if tc.beta > 0 and tc.lora is None:
         items["reference weights"] = shape.params * b
+    if tc.lora is None and tc.weight_transfer == "broadcast":  # the CPU copy a version is sent and written from
+        items["broadcast snapshot"] = shape.params * b
     return Need(f"trainer {member.name}", items)
 
 

@@ -16,7 +16,7 @@ include waiting for a core at every hop). ``dropped`` leaves out duplicates (the
 the same conversations again).
 
 Last line: ``RESULT added_p50_ms=<x> added_p99_ms=<y> stream_added_p50_ms=... stream_added_p99_ms=...
-gateway_cpu_ms=... stream_gateway_cpu_ms=... direct_rps=... gateway_rps=... throughput_ratio=...
+gateway_cpu_ms=... member_cpu_ms=... stream_gateway_cpu_ms=... direct_rps=... gateway_rps=... throughput_ratio=...
 load_avg=... harvested=... dropped=...``.
 """
 
@@ -117,6 +117,7 @@ def main() -> None:
     ap.add_argument("--clients", type=int, default=64, help="Concurrent clients of the throughput runs.")
     ap.add_argument("--seconds", type=float, default=10.0, help="Length of each throughput run.")
     ap.add_argument("--upstream-ms", type=float, default=20.0, help="The fake member's generation time.")
+    ap.add_argument("--no-harvest", action="store_true", help="Forward only (gateway.harvest.enabled: false).")
     ap.add_argument("--out", type=Path, default=None, help="Also write the figures as JSON here.")
     args = ap.parse_args()
 
@@ -133,7 +134,13 @@ def main() -> None:
                     {"name": "m", "model": "unused", "servers": [direct]},
                     {"name": "other", "model": "unused", "servers": ["http://127.0.0.1:1"]},
                 ],
-                "gateway": {"harvest": {"redact": {"patterns": [r"\b(?:\d{4}-){3}\d{4}\b"]}, "max_prompts": 100_000}},
+                "gateway": {
+                    "harvest": {
+                        "enabled": not args.no_harvest,
+                        "redact": {"patterns": [r"\b(?:\d{4}-){3}\d{4}\b"]},
+                        "max_prompts": 100_000,
+                    }
+                },
             }
             cfg_path = Path(tmp) / "cohort.yaml"
             cfg_path.write_text(yaml.safe_dump(cfg))
@@ -146,15 +153,17 @@ def main() -> None:
 
             figures: dict[str, float] = {}
             for stream in (False, True):
-                cpu0 = cpu_s(procs[1].pid)
+                cpu0, up0 = cpu_s(procs[1].pid), cpu_s(procs[0].pid)
                 d, g = asyncio.run(
                     latency(f"{direct}/v1/chat/completions", f"{gateway}/v1/chat/completions", args.requests, stream)
                 )
                 # The gateway's own CPU per request (harvesting included): what it adds on an idle core,
                 # whatever else the machine is doing.
-                figures[f"{'stream_' if stream else ''}gateway_cpu_ms"] = (
-                    1000 * (cpu_s(procs[1].pid) - cpu0) / (args.requests + 20)
-                )
+                served = args.requests + 20  # per series and path
+                figures[f"{'stream_' if stream else ''}gateway_cpu_ms"] = 1000 * (cpu_s(procs[1].pid) - cpu0) / served
+                # The member's own CPU per request (it answers both paths): the same web stack, for scale.
+                member_cpu = 1000 * (cpu_s(procs[0].pid) - up0) / (2 * served)
+                figures[f"{'stream_' if stream else ''}member_cpu_ms"] = member_cpu
                 key = "stream_" if stream else ""
                 for q in (50, 99):
                     figures[f"{key}direct_p{q}_ms"] = 1000 * pct(d, q)
@@ -164,7 +173,8 @@ def main() -> None:
                     f"{'streamed' if stream else 'whole'}: direct p50 {figures[f'{key}direct_p50_ms']:.2f} ms "
                     f"p99 {figures[f'{key}direct_p99_ms']:.2f} ms; through the gateway p50 "
                     f"{figures[f'{key}gateway_p50_ms']:.2f} ms p99 {figures[f'{key}gateway_p99_ms']:.2f} ms; "
-                    f"gateway CPU {figures[f'{key}gateway_cpu_ms']:.2f} ms per request",
+                    f"gateway CPU {figures[f'{key}gateway_cpu_ms']:.2f} ms per request (the member's own "
+                    f"{figures[f'{key}member_cpu_ms']:.2f} ms)",
                     flush=True,
                 )
             figures["direct_rps"] = asyncio.run(throughput(f"{direct}/v1/chat/completions", args.clients, args.seconds))
@@ -191,7 +201,7 @@ def main() -> None:
     if args.out:
         args.out.write_text(json.dumps({**figures, **vars(args), "out": None}, indent=2) + "\n")
     keys = ["added_p50_ms", "added_p99_ms", "stream_added_p50_ms", "stream_added_p99_ms", "gateway_cpu_ms"]
-    keys += ["stream_gateway_cpu_ms", "direct_rps", "gateway_rps", "throughput_ratio", "load_avg"]
+    keys += ["member_cpu_ms", "stream_gateway_cpu_ms", "direct_rps", "gateway_rps", "throughput_ratio", "load_avg"]
     line = " ".join(f"{k}={figures[k]:.2f}" for k in keys)
     print(f"RESULT {line} harvested={figures['harvested']:.0f} dropped={figures['dropped']:.0f}")
 

@@ -18,6 +18,7 @@ from corl.services.service_app import secret_value, service_app, serving_on
 from .canary import CanaryController
 from .harvest import Harvester
 from .metrics import GatewayMetrics
+from .relay import Relay
 from .routes import router
 from .serving import GatewayServing
 from .settings import GatewaySettings
@@ -46,10 +47,15 @@ def create_app(
             limits = httpx.Limits(
                 max_connections=settings.max_connections, max_keepalive_connections=settings.max_connections
             )
-            upstream = transport or httpx.AsyncHTTPTransport(retries=settings.transport_retries, limits=limits)
-            timeout = httpx.Timeout(settings.request_timeout_s, connect=settings.connect_timeout_s)
-            http = httpx.AsyncClient(transport=upstream, timeout=timeout)  # the canary's calls; one pool
+            http = httpx.AsyncClient(
+                transport=transport or httpx.AsyncHTTPTransport(retries=settings.transport_retries, limits=limits),
+                timeout=httpx.Timeout(settings.request_timeout_s, connect=settings.connect_timeout_s),
+            )  # outside endpoints (proxies from the environment) and the canary's calls
             stack.push_async_callback(http.aclose)
+            # The members' own servers, unless a test fakes every upstream with a transport.
+            relay = None if transport else Relay(settings.connect_timeout_s, settings.request_timeout_s)
+            if relay is not None:
+                stack.push_async_callback(relay.aclose)
             redis = aioredis.Redis.from_url(
                 settings.redis_url or cfg.redis_url,
                 **redis_auth(),
@@ -64,7 +70,7 @@ def create_app(
                 canary.start()
             stack.push_async_callback(harvester.stop)
             stack.push_async_callback(canary.stop)
-            serving = GatewayServing(cfg, upstream, timeout, routes, harvester, metrics, settings.attempts)
+            serving = GatewayServing(cfg, http, relay, routes, harvester, metrics, settings.attempts)
             app.state.harvester, app.state.canary = harvester, canary
             async with serving_on(app, serving):
                 yield

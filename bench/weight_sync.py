@@ -8,13 +8,15 @@ For each model (a ``save_pretrained`` directory; ``--cohort`` adds every member 
 once), the steps of the file path, with the project's own code, on this machine's CPU and disk:
 
 - ``save_s``: ``save_pretrained`` of the full model (safetensors), the trainer's write;
-- ``publish_s``: the trainer's whole publish, ``WeightsStore.save`` (write, sha256, fsync, rename);
+- ``publish_s``: the trainer's whole publish, ``WeightsStore.save`` (write, sha256, xxh3, fsync, rename);
 - ``sha256_s`` / ``sha256_cold_s``: ``weights_store.digest`` of the published files, from the page
   cache / after the files were evicted from it (a server on another node reads them cold);
+- ``xxh3_s``: ``weights_store.fast_digest`` of the same bytes (XXH3-128, what servers check when told);
 - ``load_beside_s``: the model server's transformers backend reading the files and copying every
   tensor into its spare copy, beside the serving one (its swap without the checksum);
 - ``swap_s`` / ``swap_cold_s``: ``TransformersBackend.load_weights`` of a new version, what
-  ``POST /v1/weights`` costs: header checks, load beside with the sha256 on a second thread, flip.
+  ``POST /v1/weights`` costs: header checks, load beside with the sha256 on a second thread, flip;
+  ``swap_xxh3_s``: the same (warm) with the XXH3-128 checksum, as a trainer now sends it.
 
 Each figure is the best of ``--repeats`` (a shared machine mostly adds noise). A least-squares line
 ``seconds = a + b * bytes`` per step, over all models, is extrapolated to an 8B model in bf16
@@ -51,7 +53,17 @@ from pathlib import Path
 from typing import Any
 
 TARGET_BYTES = 16_000_000_000  # an 8B-parameter model in bf16
-STEPS = ("save_s", "publish_s", "sha256_s", "sha256_cold_s", "load_beside_s", "swap_s", "swap_cold_s")
+STEPS = (
+    "save_s",
+    "publish_s",
+    "sha256_s",
+    "sha256_cold_s",
+    "xxh3_s",
+    "load_beside_s",
+    "swap_s",
+    "swap_cold_s",
+    "swap_xxh3_s",
+)
 
 
 def _evict(directory: Path) -> None:
@@ -86,7 +98,7 @@ def publish_side(model_dir: Path, work: Path, repeats: int) -> tuple[dict[str, A
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from corl.trainer.publish import WeightsStore
-    from corl.weights_store import digest, safetensors_files
+    from corl.weights_store import digest, fast_digest, safetensors_files
 
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype="auto")  # the dtype it is stored in
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
@@ -115,6 +127,7 @@ def publish_side(model_dir: Path, work: Path, repeats: int) -> tuple[dict[str, A
     row["files"] = len(files)
     last = versions[-1][1]
     row["sha256_s"] = _best(repeats, lambda _: _timed(lambda: digest(last)))
+    row["xxh3_s"] = _best(repeats, lambda _: _timed(lambda: fast_digest(last)))
 
     def cold(_: int) -> float:
         _evict(last)
@@ -129,7 +142,7 @@ async def server_side(versions: list[tuple[int, Path, str]], threads: int) -> di
     import torch
 
     from corl.services.model.backends.transformers import TransformersBackend
-    from corl.weights_store import safetensors_files
+    from corl.weights_store import XXH3_PREFIX, fast_digest, safetensors_files
 
     first, *later = versions
     backend = TransformersBackend(str(first[1]), "bench", initial_version=first[0], device="cpu", num_threads=threads)
@@ -163,6 +176,10 @@ async def server_side(versions: list[tuple[int, Path, str]], threads: int) -> di
     row["swap_s"] = min(swaps)
     row["swap_cold_s"] = min(cold)
     assert backend.weight_version == v + 100
+    checksum = XXH3_PREFIX + fast_digest(path)  # the newest files again, warm, checked by XXH3-128
+    row["swap_xxh3_s"] = min(
+        [await backend.load_weights(v + 200 + i, str(path), "full", checksum) for i in range(max(1, len(swaps)))]
+    )
     await backend.close()
     return row
 

@@ -76,6 +76,7 @@ class WeightBroadcaster:
         self._store: dist.TCPStore | None = None
         self._address = ""
         self._last_join = -float("inf")
+        self._failed_joins = 0  # in a row: each doubles the wait before the next try (up to 64x)
         self._pool = ThreadPoolExecutor(2 * len(self.servers) + 1, thread_name_prefix="corl-broadcast")
 
     @property
@@ -89,7 +90,8 @@ class WeightBroadcaster:
         candidates = set(self.servers) - self.excluded
         if not candidates or (self.group is not None and candidates <= set(self.replicas)):
             return False
-        return time.monotonic() - self._last_join >= self.settings.transfer_rejoin_s
+        wait = self.settings.transfer_rejoin_s * 2 ** min(self._failed_joins, 6)
+        return time.monotonic() - self._last_join >= wait
 
     def join(self) -> bool:
         """Build the group anew with every replica that answers now; True when at least one joined.
@@ -97,6 +99,7 @@ class WeightBroadcaster:
         background); at most ``transfer_timeout_s`` plus a short liveness probe per replica."""
         self.close_group()
         self._last_join = time.monotonic()
+        self._failed_joins += 1  # until it succeeds
         live = [u for u in self.servers if u not in self.excluded and self._alive(u)]
         if not live:
             return False
@@ -131,6 +134,7 @@ class WeightBroadcaster:
             group.close()
             return False
         self.group, self.replicas, self.dtype = group, live, dtype_of(dtypes.pop())
+        self._failed_joins = 0
         log.info("%s: weight group %s: %s (%s, %s)", self.member, gid, live, self.backend, dtype_name(self.dtype))
         return True
 

@@ -53,7 +53,9 @@ class TrainerSettings(BaseSettings):
     transfer_rejoin_s: float = Field(
         default=30.0,
         ge=0,
-        description="A weight group that could not be built (or lacks a replica) is tried again after this long.",
+        description="A weight group that could not be built (or lacks a replica) is tried again after this long; "
+        "each failure in a row doubles it (up to 64 times): a network that never lets the servers reach the "
+        "trainer costs a join's timeout ever more rarely.",
     )
     keep_checkpoints: int = Field(default=2, ge=1)
     group_timeout_s: float = Field(

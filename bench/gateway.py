@@ -17,7 +17,8 @@ the same conversations again).
 
 Last line: ``RESULT added_p50_ms=<x> added_p99_ms=<y> stream_added_p50_ms=... stream_added_p99_ms=...
 gateway_cpu_ms=... member_cpu_ms=... stream_gateway_cpu_ms=... direct_rps=... gateway_rps=... throughput_ratio=...
-load_avg=... harvested=... dropped=...``.
+gateway_busy=... client_busy=... load_avg=... harvested=... dropped=...`` (``*_busy``: the share of one
+core the gateway and this client used during the gateway's throughput run).
 """
 
 from __future__ import annotations
@@ -178,13 +179,20 @@ def main() -> None:
                     flush=True,
                 )
             figures["direct_rps"] = asyncio.run(throughput(f"{direct}/v1/chat/completions", args.clients, args.seconds))
+            gw0, me0, t0 = cpu_s(procs[1].pid), time.process_time(), time.perf_counter()
             figures["gateway_rps"] = asyncio.run(
                 throughput(f"{gateway}/v1/chat/completions", args.clients, args.seconds)
             )
+            wall = time.perf_counter() - t0
             figures["throughput_ratio"] = figures["gateway_rps"] / figures["direct_rps"]
+            # Share of one core each process used meanwhile: the bottleneck is the one near 1.0 (or none,
+            # when every process waits for a core the rest of the machine holds).
+            figures["gateway_busy"] = (cpu_s(procs[1].pid) - gw0) / wall
+            figures["client_busy"] = (time.process_time() - me0) / wall
             print(
                 f"{args.clients} clients: direct {figures['direct_rps']:.0f} req/s, "
-                f"through the gateway {figures['gateway_rps']:.0f} req/s",
+                f"through the gateway {figures['gateway_rps']:.0f} req/s (the gateway busy "
+                f"{figures['gateway_busy']:.0%} of a core, this client {figures['client_busy']:.0%})",
                 flush=True,
             )
             time.sleep(1.0)  # the harvest queue drains
@@ -201,7 +209,8 @@ def main() -> None:
     if args.out:
         args.out.write_text(json.dumps({**figures, **vars(args), "out": None}, indent=2) + "\n")
     keys = ["added_p50_ms", "added_p99_ms", "stream_added_p50_ms", "stream_added_p99_ms", "gateway_cpu_ms"]
-    keys += ["member_cpu_ms", "stream_gateway_cpu_ms", "direct_rps", "gateway_rps", "throughput_ratio", "load_avg"]
+    keys += ["member_cpu_ms", "stream_gateway_cpu_ms", "direct_rps", "gateway_rps", "throughput_ratio"]
+    keys += ["gateway_busy", "client_busy", "load_avg"]
     line = " ".join(f"{k}={figures[k]:.2f}" for k in keys)
     print(f"RESULT {line} harvested={figures['harvested']:.0f} dropped={figures['dropped']:.0f}")
 

@@ -144,6 +144,7 @@ def settings_classes() -> list[tuple[str, str, type[BaseModel]]]:
     """(process, command, settings class) of every service and the trainer."""
     from corl.services.aggregator.settings import AggregatorSettings
     from corl.services.evaluator.settings import EvaluatorSettings
+    from corl.services.gateway.settings import GatewaySettings
     from corl.services.model.settings import ServerSettings
     from corl.services.sandbox.settings import SandboxSettings
     from corl.trainer.settings import TrainerSettings
@@ -153,6 +154,7 @@ def settings_classes() -> list[tuple[str, str, type[BaseModel]]]:
         ("Aggregator", "corl serve aggregator", AggregatorSettings),
         ("Evaluator", "corl serve evaluator", EvaluatorSettings),
         ("Sandbox", "corl serve sandbox", SandboxSettings),
+        ("Gateway", "corl serve gateway", GatewaySettings),
         ("Trainer", "corl train", TrainerSettings),
     ]
 

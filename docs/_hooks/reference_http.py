@@ -14,6 +14,7 @@ SERVICES = {
     "openapi/aggregator.json": ("http-aggregator.md", "Aggregator", "corl serve aggregator --config FILE"),
     "openapi/evaluator.json": ("http-evaluator.md", "Evaluator", "corl serve evaluator --config FILE"),
     "openapi/sandbox.json": ("http-sandbox.md", "Sandbox", "corl serve sandbox"),
+    "openapi/gateway.json": ("http-gateway.md", "Gateway", "corl serve gateway --config FILE"),
 }
 _METHODS = ("get", "put", "post", "delete", "patch")
 

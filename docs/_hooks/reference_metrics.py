@@ -12,6 +12,7 @@ def registries() -> list[tuple[str, str, Any]]:
     """(process, where it is scraped, registry) for every process that serves /metrics."""
     from corl.services.aggregator.metrics import AggregatorMetrics
     from corl.services.evaluator.metrics import EvaluatorMetrics
+    from corl.services.gateway.metrics import GatewayMetrics
     from corl.services.model.metrics import ServerMetrics
     from corl.services.sandbox.serving import SandboxMetrics
     from corl.tracking.metrics import TrackingMetrics
@@ -22,6 +23,7 @@ def registries() -> list[tuple[str, str, Any]]:
         ("Aggregator", "`GET /metrics` of `corl serve aggregator`", AggregatorMetrics().registry),
         ("Evaluator", "`GET /metrics` of `corl serve evaluator`", EvaluatorMetrics().registry),
         ("Sandbox", "`GET /metrics` of `corl serve sandbox`", SandboxMetrics().registry),
+        ("Gateway", "`GET /metrics` of `corl serve gateway`", GatewayMetrics().registry),
         ("Trainer", "`corl train`, on `CORL_TRAINER_METRICS_PORT`", TrainerMetrics(member="member").registry),
         (
             "Experiment tracking",

@@ -141,9 +141,17 @@ def test_reference_pages_cover_the_code(reference_modules: dict[str, typing.Any]
         for name in model.model_fields:
             assert f"| `{name}` |" in config
     http = reference_modules["http"].pages()
-    assert set(http) == {"http-model-server.md", "http-aggregator.md", "http-evaluator.md", "http-sandbox.md"}
+    assert set(http) == {
+        "http-model-server.md",
+        "http-aggregator.md",
+        "http-evaluator.md",
+        "http-sandbox.md",
+        "http-gateway.md",
+    }
     assert "### `POST /v1/generate`" in http["http-model-server.md"]
+    assert "### `POST /v1/chat/completions`" in http["http-gateway.md"]
     assert "### `GET /v1/grading/tasks`" in http["http-aggregator.md"]
     metrics = reference_modules["metrics"].page()
-    for name in ("corl_server_weight_version", "corl_aggregator_rounds_total", "corl_trainer_loss"):
+    for name in ("corl_server_weight_version", "corl_aggregator_rounds_total", "corl_trainer_loss",
+                 "corl_gateway_prompts_harvested_total"):  # fmt: skip
         assert f"| `{name}` |" in metrics

@@ -4,7 +4,9 @@ Two runtime rules cannot be stated in JSON Schema. A rendered prompt plus its ne
 the model's context (tokens, not characters, and the template and system text are
 request fields too). Bodies that break it are answered 422 by design (tests/unit/test_context_check.py)
 but look schema-valid, so they are left out here, decided by the server's own functions. And
-OpenRLHF's ``/get_reward`` takes one prompt per query (equal list lengths).
+OpenRLHF's ``/get_reward`` takes one prompt per query (equal list lengths). The gateway forwards to a
+member its body names: generated bodies name one (``GATEWAY_MODEL_ENV``), so the forwarding path is fuzzed,
+not only its 404.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 import schemathesis
 
 MODEL_DIR_ENV, CONTEXT_ENV = "CORL_FUZZ_MODEL_DIR", "CORL_FUZZ_MAX_CONTEXT"
+GATEWAY_MODEL_ENV = "CORL_FUZZ_GATEWAY_MODEL"  # the gateway's fuzzing: a member name for generated bodies
 
 
 @functools.cache
@@ -80,3 +83,13 @@ def filter_body(context: schemathesis.HookContext, body: Any) -> bool:
     except Exception:  # noqa: BLE001 - not a valid body: the server refuses it for another reason
         return True
     return first_too_long(_tokenizer(), rendered, max_tokens, int(os.environ[CONTEXT_ENV])) is None
+
+
+@schemathesis.hook
+def map_body(context: schemathesis.HookContext, body: Any) -> Any:
+    model = os.environ.get(GATEWAY_MODEL_ENV)
+    path = context.operation.path if context.operation else ""
+    if model and path in ("/v1/completions", "/v1/chat/completions") and isinstance(body, dict):
+        if isinstance(body.get("model"), str):
+            return {**body, "model": model}
+    return body

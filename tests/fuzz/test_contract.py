@@ -1,6 +1,6 @@
 """Contract fuzzing: schemathesis (every check, every phase) against the live OpenAPI document of the
-model server (tiny model), the aggregator and the evaluator (real Redis): 0 server errors, 0 contract
-failures."""
+model server (tiny model), the aggregator, the evaluator and the gateway (real Redis): 0 server errors,
+0 contract failures."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 
 import httpx
 import pytest
-from hooks import CONTEXT_ENV, MODEL_DIR_ENV
+from hooks import CONTEXT_ENV, GATEWAY_MODEL_ENV, MODEL_DIR_ENV
 from pydantic import SecretStr
 from support import FUZZ_CONTEXT, FuzzRun, run_schemathesis
 
@@ -20,6 +20,9 @@ from corl.services.aggregator import create_app as create_aggregator
 from corl.services.aggregator.testing import FakeCohort
 from corl.services.evaluator import EvaluatorSettings
 from corl.services.evaluator import create_app as create_evaluator
+from corl.services.gateway import GatewaySettings
+from corl.services.gateway import create_app as create_gateway
+from corl.services.gateway.testing import FakeUpstream, Router
 from corl.services.model.app import create_app as create_model_app
 from corl.services.model.testing import serve_app
 
@@ -109,4 +112,29 @@ def test_evaluator_contract(redis_url: str, tmp_path: Path) -> None:
     with serve_app(app) as url:
         app.state.serving.poll()  # readings to serve
         run = run_schemathesis(url, {}, tmp_path, MAX_EXAMPLES)
+    assert_clean(run, operations(app))
+
+
+# The gateway forwards whatever the member takes: a well-formed request naming no member is a 404.
+GATEWAY_MODELS = """
+[[operations]]
+include-path-regex = "^/v1/(chat/)?completions$"
+checks.positive_data_acceptance.expected-statuses = [200, 404]
+"""
+
+
+def test_gateway_contract(redis_url: str, tmp_path: Path) -> None:
+    cfg = parse_config(
+        {
+            "run_id": "fuzz-gateway",
+            "members": [{"name": n, "model": "unused", "servers": [f"http://{n}"]} for n in ("a", "b")],
+            "gateway": {"harvest": {"routes": ["chat", "completions"]}},
+        }
+    )
+    router = Router(a=FakeUpstream("a", record=False), b=FakeUpstream("b", record=False))
+    settings = GatewaySettings(config=Path("/nonexistent.yaml"), redis_url=redis_url, cohort_token=COHORT)
+    app = create_gateway(settings, config=cfg, transport=router.transport())
+    with serve_app(app) as url:
+        env = {GATEWAY_MODEL_ENV: "a"}
+        run = run_schemathesis(url, {"cohort": COHORT}, tmp_path, MAX_EXAMPLES, env=env, extra_config=GATEWAY_MODELS)
     assert_clean(run, operations(app))

@@ -363,3 +363,23 @@ def test_two_agents_with_the_openai_client(redis_url: str) -> None:
         f"{m} question {i}" for m in ("a", "ops") for i in range(3)
     )
     assert {e.member for e in entries} == {"a", "ops"}
+
+
+GUARDED = [
+    ("POST", "/v1/chat/completions", chat_body("a", "q")),
+    ("POST", "/v1/completions", json.dumps({"model": "a", "prompt": "q"}).encode()),
+    ("GET", "/v1/models", None),
+    ("GET", "/v1/harvest/stats", None),
+]
+
+
+async def test_every_route_but_the_probes_takes_the_cohort_token(redis_url: str) -> None:
+    cfg, router = config(), fakes()
+    async with gateway(cfg, router, redis_url) as (_, c):
+        for method, path, body in GUARDED:
+            for auth in ("", "Bearer wrong"):
+                r = await c.request(method, path, content=body, headers={"Authorization": auth})
+                assert r.status_code == 401 and r.json()["error"]["type"] == "unauthorized", (path, auth)
+            assert (await c.request(method, path, content=body)).status_code == 200, path
+        assert (await c.get("/metrics", headers={"Authorization": ""})).status_code == 200
+    assert all(s.headers["authorization"] == AUTH["Authorization"] for f in router.fakes.values() for s in f.seen)

@@ -48,13 +48,20 @@ class WeightTransferRequest(WireRequest):
 
     group_id: str = Field(pattern=r"^[A-Za-z0-9_.-]{1,64}$", description="Names this group; fresh per group.")
     master_address: str = Field(
-        min_length=1, max_length=253, description="Host of the trainer's rendezvous (TCPStore)."
+        min_length=1,
+        max_length=253,
+        pattern=r"^[A-Za-z0-9.:_-]+$",
+        description="Host name or address of the trainer's rendezvous (TCPStore); 404 when it does not answer.",
     )
     master_port: WireInt = Field(ge=1, le=65535)
     rank_offset: WireInt = Field(
-        ge=1, description="This replica's first rank (rank 0 is the trainer); its engine's workers take the next ones."
+        ge=1,
+        le=65535,
+        description="This replica's first rank (rank 0 is the trainer); its engine's workers take the next ones.",
     )
-    world_size: WireInt = Field(ge=2, description="Ranks in the group: the trainer and every replica's workers.")
+    world_size: WireInt = Field(
+        ge=2, le=65536, description="Ranks in the group: the trainer and every replica's workers."
+    )
     backend: GroupBackend = Field(description="gloo (CPU tensors) or nccl (CUDA tensors).")
     timeout_s: float = Field(
         default=60.0,

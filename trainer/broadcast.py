@@ -7,8 +7,8 @@ once, then the tensors through the group, which the replicas receive concurrentl
 replica's outcome. Whatever fails (a replica that refuses, dies, hangs past ``transfer_timeout_s``),
 no replica serves half a version, and those not at ``ok`` are for the caller to bring up from the
 version's files. A failed collective closes the group; it is built again, from the replicas that
-answer, at a publish ``transfer_rejoin_s`` later. A replica that takes files only, or refused the
-manifest (422: not this member's model), is left out of later groups.
+answer, at a publish ``transfer_rejoin_s`` later. A replica that takes files only (409 on the join),
+or refused the manifest (422: not this member's model), is left out of later groups.
 """
 
 from __future__ import annotations
@@ -179,7 +179,7 @@ class WeightBroadcaster:
             )
         except Exception as err:  # noqa: BLE001 - unreachable, or an answer that is no answer
             raise _NotJoined(f"{url}: {err!r}") from None
-        if resp.status_code in (404, 405, 422):  # files only (a backend without the path, an older server)
+        if _files_only(resp):
             self.excluded.add(url)
         if resp.status_code != 200:
             raise _NotJoined(f"{url}: {resp.status_code} {resp.text[:300]}")
@@ -241,6 +241,20 @@ class WeightBroadcaster:
         return self.http.post(
             f"{url}/v1/weights/broadcast", json=body, headers=self.headers, timeout=2 * self.timeout_s + _MARGIN_S
         )
+
+
+def _files_only(resp: httpx.Response) -> bool:
+    """A join's answer that will not change: the replica cannot be in such a group (409 on its backend),
+    or has no such route (an older server). Not a rendezvous it could not reach (404 on the address)."""
+    if resp.status_code == 405:
+        return True
+    if resp.status_code not in (404, 409):
+        return False
+    try:
+        field = resp.json()["error"].get("field")
+    except (ValueError, KeyError, TypeError, AttributeError):
+        field = None
+    return field == "backend" if resp.status_code == 409 else field != "master_address"
 
 
 def _close_built(built: Future[TransferGroup]) -> None:

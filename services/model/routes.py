@@ -88,7 +88,7 @@ async def update_weights(body: WeightUpdateRequest, serving: Serving) -> WeightU
 @router.post(
     "/v1/weights/transfer",
     response_model=WeightTransferResponse,
-    responses=error_responses(401, 403, 413, 422, 503),
+    responses=error_responses(401, 403, 404, 409, 413, 422, 503),
     dependencies=[Depends(require_admin)],
 )
 async def join_weight_group(body: WeightTransferRequest, transfer: Transfer) -> WeightTransferResponse:

@@ -5,7 +5,9 @@ the server (ready, the files' directory inside the weights store, the group it i
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import socket
 
 from corl.proto import (
     WeightBroadcastRequest,
@@ -13,13 +15,36 @@ from corl.proto import (
     WeightTransferResponse,
     WeightUpdateResponse,
 )
-from corl.services.errors import ConflictError, InvalidInputError, ServiceError
+from corl.services.errors import ConflictError, ServiceError
 from corl.transfer import GroupSpec
 
-from .backends.base import BackendError, StaleVersionError, TransferAbortedError, WeightLoadError
+from .backends.base import (
+    BackendError,
+    GroupUnsupportedError,
+    RendezvousNotFoundError,
+    StaleVersionError,
+    TransferAbortedError,
+    WeightLoadError,
+)
 from .serving import ModelServing
 
 log = logging.getLogger(__name__)
+
+_PROBE_S = 5.0  # the trainer's rendezvous answers at once when it is there
+
+
+async def _reachable(host: str, port: int, timeout_s: float) -> None:
+    """404 unless a TCP connection to the rendezvous opens: a group at an address this server cannot
+    reach is not there for it (name resolution included, so it is bounded on its own)."""
+
+    def probe() -> None:
+        with socket.create_connection((host, port), timeout=timeout_s):
+            pass
+
+    try:
+        await asyncio.wait_for(asyncio.to_thread(probe), timeout_s + 1.0)
+    except (OSError, TimeoutError, UnicodeError, ValueError) as err:
+        raise RendezvousNotFoundError(f"no weight group rendezvous answers at {host}:{port}: {err}") from None
 
 
 class WrongGroupError(ConflictError):
@@ -36,8 +61,10 @@ class WeightTransferServing:
         self.serving.require_ready()
         backend = self.serving.backend
         dtype = backend.transfer_dtype()
-        if dtype is None:
-            raise InvalidInputError(f"the {backend.kind} backend takes weights from files only", "backend")
+        if dtype is None or req.backend not in backend.transfer_backends():
+            takes = ", ".join(backend.transfer_backends()) or "files only"
+            raise GroupUnsupportedError(f"this {backend.kind} server cannot join a {req.backend} group ({takes})")
+        await _reachable(req.master_address, req.master_port, min(req.timeout_s, _PROBE_S))
         spec = GroupSpec(
             req.group_id,
             req.master_address,

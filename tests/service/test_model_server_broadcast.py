@@ -7,6 +7,8 @@ server is not in each leave the previous version serving, with the status the co
 from __future__ import annotations
 
 import asyncio
+import socket
+import time
 import uuid
 from collections.abc import Callable
 from datetime import timedelta
@@ -231,3 +233,24 @@ async def test_files_are_checked_by_the_faster_digest_when_given(
     body = {"version": 2, "uri": str(path), "sha256": sha, "xxh3_128": "0" * 32}
     r = await client.post("/v1/weights", json=body, headers=AUTH)
     assert r.status_code == 422 and r.json()["error"]["field"] == "xxh3_128", r.text
+
+
+async def test_a_group_the_server_cannot_join_is_refused_at_once(client: httpx.AsyncClient) -> None:
+    with socket.socket() as s:  # a port where nothing listens
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    body = {
+        "group_id": "g",
+        "master_address": "127.0.0.1",
+        "master_port": port,
+        "rank_offset": 1,
+        "world_size": 2,
+        "backend": "gloo",
+        "timeout_s": 30,
+    }
+    t0 = time.monotonic()
+    r = await client.post("/v1/weights/transfer", json=body, headers=AUTH)
+    assert r.status_code == 404 and r.json()["error"]["field"] == "master_address", r.text
+    assert time.monotonic() - t0 < 10, "an unreachable rendezvous must be refused, not waited for"
+    r = await client.post("/v1/weights/transfer", json={**body, "backend": "nccl"}, headers=AUTH)
+    assert r.status_code == 409 and r.json()["error"]["field"] == "backend", r.text  # a CPU server: gloo only

@@ -20,7 +20,7 @@ from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from corl.services.errors import ConflictError, InvalidInputError, UnavailableError
+from corl.services.errors import ConflictError, InvalidInputError, NotFoundError, UnavailableError
 
 if TYPE_CHECKING:
     from corl.transfer import GroupSpec
@@ -113,6 +113,19 @@ class TransferAbortedError(ConflictError):
     weights are untouched (the trainer brings this replica up from the version's files)."""
 
     default_field = "version"
+
+
+class GroupUnsupportedError(ConflictError):
+    """This server cannot join such a weight group (its backend takes files only, or the group's backend
+    is not for its device): 409. The trainer sends it files."""
+
+    default_field = "backend"
+
+
+class RendezvousNotFoundError(NotFoundError):
+    """No weight group's rendezvous answers at the address the request names (404)."""
+
+    default_field = "master_address"
 
 
 class WeightGroupError(BackendError):
@@ -220,10 +233,15 @@ class Backend(abc.ABC):
         """The dtype a broadcast must send floating-point tensors in (None: this backend takes files only)."""
         return None
 
+    def transfer_backends(self) -> tuple[str, ...]:
+        """The weight groups this backend can join: ``gloo`` (CPU tensors), ``nccl`` (CUDA tensors)."""
+        return ()
+
     async def join_weight_group(self, spec: GroupSpec) -> list[int]:
         """Join the member's weight group (leaving any other); return the ranks held. Blocks until every
-        rank has joined; ``WeightGroupError`` at the timeout."""
-        raise WeightLoadError(f"the {self.kind} backend takes weights from files only", field="backend")
+        rank has joined; ``WeightGroupError`` at the timeout, ``GroupUnsupportedError`` for a group this
+        backend cannot be in."""
+        raise GroupUnsupportedError(f"the {self.kind} backend takes weights from files only")
 
     async def receive_weights(self, version: int, manifest: Manifest, uri: str | None) -> float:
         """Take ``version`` from the weight group as it is broadcast (in manifest order), verify every

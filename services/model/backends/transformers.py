@@ -47,6 +47,7 @@ from corl.transfer import (
 from . import adapters, base, weights
 from .base import (
     GenerateOutput,
+    GroupUnsupportedError,
     JudgeOutput,
     Manifest,
     SamplingParams,
@@ -328,9 +329,12 @@ class TransformersBackend(base.Backend):
     def transfer_dtype(self) -> str | None:
         return self._float_dtype
 
+    def transfer_backends(self) -> tuple[str, ...]:
+        return ("nccl",) if self._device.startswith("cuda") else ("gloo",)
+
     async def join_weight_group(self, spec: GroupSpec) -> list[int]:
         if (spec.backend == "nccl") != self._device.startswith("cuda"):
-            raise WeightLoadError(f"a server on {self._device} cannot join a {spec.backend} group", field="backend")
+            raise GroupUnsupportedError(f"a server on {self._device} cannot join a {spec.backend} group")
         await self.leave_weight_group()
 
         def join() -> TransferGroup:
@@ -338,7 +342,7 @@ class TransformersBackend(base.Backend):
 
         try:
             self._group = await asyncio.to_thread(join)
-        except (TransferError, RuntimeError) as err:  # the rendezvous itself unreachable: RuntimeError
+        except (TransferError, RuntimeError, ValueError, OSError) as err:  # gloo and the store say RuntimeError
             raise WeightGroupError(f"could not join weight group {spec.group_id}: {err}") from None
         return [spec.rank]
 

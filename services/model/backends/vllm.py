@@ -46,6 +46,7 @@ from .base import (
     Backend,
     BackendError,
     GenerateOutput,
+    GroupUnsupportedError,
     JudgeOutput,
     Manifest,
     SamplingParams,
@@ -401,9 +402,12 @@ class VLLMBackend(Backend):
             return None
         return dtype_name(self._engine.llm.model_config.dtype)
 
+    def transfer_backends(self) -> tuple[str, ...]:
+        return ("nccl",) if self.transfer_dtype() is not None else ()
+
     async def join_weight_group(self, spec: GroupSpec) -> list[int]:
         if self.transfer_dtype() is None or spec.backend != "nccl":
-            raise WeightLoadError("a vLLM server joins NCCL weight groups, on GPUs only", field="backend")
+            raise GroupUnsupportedError("a vLLM server joins NCCL weight groups, on GPUs only")
         await self.leave_weight_group()
         body = {**vars(spec), "rank_offset": spec.rank}
         llm = self._engine.llm

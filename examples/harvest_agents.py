@@ -49,18 +49,20 @@ def agent(name: str, model: str, client: openai.OpenAI, until: float, seed: int,
             if rng.random() < 0.1:
                 prompt = f"{rng.randrange(100):02d}+{rng.randrange(100):02d}="
                 record |= {"route": "completions", "prompt": prompt}
-                reply = client.completions.create(model=model, prompt=prompt, max_tokens=4)
-                record["answer"] = reply.choices[0].text
+                text = client.completions.create(model=model, prompt=prompt, max_tokens=4)
+                record["answer"] = text.choices[0].text
             else:
-                messages = conversation(rng)
+                messages: Any = conversation(rng)
                 stream = rng.random() < 0.3
                 record |= {"route": "chat", "messages": messages, "stream": stream}
                 if stream:
-                    chunks = client.chat.completions.create(model=model, messages=messages, max_tokens=4, stream=True)  # type: ignore[arg-type]
+                    chunks: Any = client.chat.completions.create(
+                        model=model, messages=messages, max_tokens=4, stream=True
+                    )
                     record["answer"] = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
                 else:
-                    reply = client.chat.completions.create(model=model, messages=messages, max_tokens=4)  # type: ignore[arg-type]
-                    record["answer"] = reply.choices[0].message.content
+                    chat = client.chat.completions.create(model=model, messages=messages, max_tokens=4)
+                    record["answer"] = chat.choices[0].message.content
             record["ok"] = True
         except openai.OpenAIError as err:
             record |= {"ok": False, "error": f"{type(err).__name__}: {err}"}

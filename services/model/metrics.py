@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
-from corl.prometheus import MetricSet
 from corl.services.http import ServiceMetricSet
 
 _BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
@@ -31,8 +30,7 @@ class ServerMetrics(ServiceMetricSet):
             "last_swap_duration_seconds", "Load, verify and swap time of the last weight update."
         )
         self.weight_updates = self.counter("weight_updates", "Weight update attempts by result.", "result")
-        # The in-memory path's own name (docs/SCALING.md): its subsystem is the model, whichever server holds it.
-        self.weight_transfer_seconds = MetricSet("corl_model", self.registry).histogram(
+        self.weight_transfer_seconds = self.histogram(
             "weight_transfer_seconds",
             "A version taken from the member's weight group by broadcast: from the request to the flip.",
             "member",

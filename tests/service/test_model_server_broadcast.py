@@ -109,7 +109,7 @@ async def test_a_broadcast_version_serves_what_its_files_serve(
     assert by_files[0] == 2
     assert by_files[1:] == by_broadcast[1:], "the same weights by broadcast and by files must sample the same"
     metrics = (await client.get("/metrics")).text
-    assert 'corl_model_weight_transfer_seconds_count{member="tiny"} 1.0' in metrics
+    assert 'corl_server_weight_transfer_seconds_count{member="tiny"} 1.0' in metrics
 
 
 async def test_a_stale_version_or_a_foreign_manifest_moves_no_byte(

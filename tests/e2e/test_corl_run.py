@@ -57,7 +57,8 @@ def test_corl_run_trains_publishes_and_cleans_up(cohort: Path, tmp_path: Path) -
         assert final[m]["weight_version"] >= 2, final[m]
         assert (run_dir / "final" / m / "model.safetensors").exists()
         server_log = (run_dir / "logs" / f"server-{m}-0.log").read_text()
-        assert server_log.count('"POST /v1/weights HTTP/1.1" 200') >= 2, f"{m} swapped fewer than 2 versions"
+        swaps = re.findall(r'"POST /v1/weights(?:/broadcast)? HTTP/1.1" 200', server_log)  # files or a broadcast
+        assert len(swaps) >= 2, f"{m} swapped fewer than 2 versions"
         assert (run_dir / "logs" / f"trainer-{m}.log").stat().st_size > 0
         assert final[m]["accuracy"] is not None
     assert (run_dir / "logs" / "aggregator.log").stat().st_size > 0

@@ -65,7 +65,7 @@ def test_real_cohort_runs_two_rounds_through_the_services(example: str, smol_coh
         # published is served: the server swapped to each version and reports the newest.
         published = sorted((run_dir / "weights" / m).glob("v*"), key=lambda p: int(p.name[1:]))
         server_log = (logs / f"server-{m}-0.log").read_text()
-        assert server_log.count('"POST /v1/weights HTTP/1.1" 200') == len(published), m
+        assert len(re.findall(r'"POST /v1/weights(?:/broadcast)? HTTP/1.1" 200', server_log)) == len(published), m
         assert final["members"][m]["weight_version"] == (int(published[-1].name[1:]) if published else 0)
         assert all((p / "adapter_model.safetensors").exists() for p in published)  # LoRA: the adapter is swapped
         assert final["members"][m]["accuracy"] is not None  # held-out pass@1 read through the server
@@ -91,6 +91,6 @@ def test_three_family_cohort_runs_three_rounds_and_every_member_hot_swaps(trio_c
         published = sorted((run_dir / "weights" / m).glob("v*"), key=lambda p: int(p.name[1:]))
         assert published, f"{m}: no version published in 3 rounds"
         server_log = (logs / f"server-{m}-0.log").read_text()
-        assert server_log.count('"POST /v1/weights HTTP/1.1" 200') == len(published), m
+        assert len(re.findall(r'"POST /v1/weights(?:/broadcast)? HTTP/1.1" 200', server_log)) == len(published), m
         assert final["members"][m]["weight_version"] == int(published[-1].name[1:]), m
         assert final["members"][m]["accuracy"] is not None

@@ -18,6 +18,10 @@ from ._base import WireModel
 ConversationRole = Literal["system", "user", "assistant"]
 
 
+class NotAConversation(ValueError):
+    """A prompt read as a conversation (``PromptFormat.conversation``) that carries none."""
+
+
 class Turn(WireModel):
     role: ConversationRole = Field(description="system (the agent's instructions), user or assistant.")
     content: str = Field(description="The turn's text.")
@@ -34,11 +38,11 @@ class Conversation(WireModel):
 
     @classmethod
     def decode(cls, prompt: str) -> Conversation:
-        """The conversation a prompt string carries; ``ValueError`` when it carries none."""
+        """The conversation a prompt string carries; ``NotAConversation`` when it carries none."""
         try:
             return cls.model_validate_json(prompt)
         except ValidationError as err:
-            raise ValueError(f"the prompt is not a conversation ({err.error_count()} problem(s))") from None
+            raise NotAConversation(f"the prompt is not a conversation ({err.error_count()} problem(s))") from None
 
     def turns(self) -> list[dict[str, str]]:
         """As chat-template messages (``role``/``content`` dicts)."""

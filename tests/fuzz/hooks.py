@@ -4,7 +4,9 @@ Two runtime rules cannot be stated in JSON Schema. A rendered prompt plus its ne
 the model's context (tokens, not characters, and the template and system text are
 request fields too). Bodies that break it are answered 422 by design (tests/unit/test_context_check.py)
 but look schema-valid, so they are left out here, decided by the server's own functions. And
-OpenRLHF's ``/get_reward`` takes one prompt per query (equal list lengths). The gateway forwards to a
+OpenRLHF's ``/get_reward`` takes one prompt per query (equal list lengths). A format that reads
+prompts as conversations (``conversation: true``) needs each prompt to be one (a JSON document the
+schema types as a string): other bodies are answered 422 by design and left out too. The gateway forwards to a
 member its body names: generated bodies name one (``GATEWAY_MODEL_ENV``), so the forwarding path is fuzzed,
 not only its 404.
 """
@@ -74,12 +76,15 @@ def filter_body(context: schemathesis.HookContext, body: Any) -> bool:
     ):
         return True
     from corl.proto import PromptFormat
+    from corl.proto.conversation import NotAConversation
     from corl.services.model.backends.base import first_too_long
     from corl.services.model.rendering import PromptRenderer
 
     try:
         texts, max_tokens = _texts(path, body)
         rendered = PromptRenderer(_tokenizer()).render_all(texts, PromptFormat.model_validate(body.get("format", {})))
+    except NotAConversation:
+        return False
     except Exception:  # noqa: BLE001 - not a valid body: the server refuses it for another reason
         return True
     return first_too_long(_tokenizer(), rendered, max_tokens, int(os.environ[CONTEXT_ENV])) is None

@@ -42,6 +42,16 @@ include-path = "/get_reward"
 checks.positive_data_acceptance.expected-statuses = [200, 422]
 """
 
+# A format with ``conversation: true`` reads each prompt as a conversation (a JSON document the schema
+# can only type as a string): the hooks drop other such bodies in the fuzzing phase; the coverage phase
+# has no hook, so its 422 for them is expected on the two routes that take a format (beside the
+# statuses expected by default).
+CONVERSATION_PROMPTS = """
+[[operations]]
+include-path-regex = "^/v1/(generate|grade)$"
+checks.positive_data_acceptance.expected-statuses = ["2XX", 401, 403, 404, 409, 422, 429, "5XX"]
+"""
+
 
 def operations(app: Any) -> int:
     """Every operation the app's OpenAPI document lists (a new route is fuzzed too)."""
@@ -68,7 +78,9 @@ def test_model_server_contract(server_settings: Any, fuzz_model_dir: Path, tmp_p
     app = create_model_app(settings)
     with serve_app(app) as url:
         env = {MODEL_DIR_ENV: str(fuzz_model_dir), CONTEXT_ENV: str(FUZZ_CONTEXT)}
-        run = run_schemathesis(url, {"admin": ADMIN, "cohort": COHORT}, tmp_path, MAX_EXAMPLES, env=env)
+        run = run_schemathesis(
+            url, {"admin": ADMIN, "cohort": COHORT}, tmp_path, MAX_EXAMPLES, env=env, extra_config=CONVERSATION_PROMPTS
+        )
     assert_clean(run, operations(app))
 
 

@@ -47,6 +47,8 @@ PUBLIC = {
 SECURED = {
     "model": {
         "POST /v1/weights": "admin",
+        "POST /v1/weights/transfer": "admin",
+        "POST /v1/weights/broadcast": "admin",
         "POST /v1/generate": "cohort",
         "POST /v1/grade": "cohort",
         "POST /v1/chat/completions": "cohort",

@@ -17,12 +17,28 @@ from typing import Any
 
 import redis
 from pydantic import ValidationError
+from redis.backoff import ExponentialBackoff
+from redis.retry import Retry
 
 from corl import redis_keys
 from corl.proto import GradedBatch
+from corl.redis_auth import redis_auth
 from corl.streams import as_str, group_backlog
 
 log = logging.getLogger(__name__)
+
+
+def trainer_redis(url: str) -> redis.Redis:
+    """The client a trainer reads its stream with: a Redis restart or failover is retried with backoff
+    instead of killing the trainer."""
+    return redis.Redis.from_url(
+        url,
+        **redis_auth(),
+        socket_timeout=30.0,
+        socket_connect_timeout=5.0,
+        retry=Retry(ExponentialBackoff(cap=10.0, base=0.1), retries=8),
+        retry_on_error=[redis.ConnectionError, redis.TimeoutError],
+    )
 
 
 @dataclass(frozen=True)

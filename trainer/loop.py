@@ -29,19 +29,16 @@ from typing import Any
 import httpx
 import redis
 import torch
-from redis.backoff import ExponentialBackoff
-from redis.retry import Retry
 
 from corl.config import CohortConfig
-from corl.redis_auth import redis_auth
 from corl.tracking import Record, Tracking, build_tracking
 
-from .batches import BatchStream, Entry
+from .batches import BatchStream, Entry, trainer_redis
 from .broadcast import WeightBroadcaster
 from .checkpoint import Checkpointer, TrainerState
 from .group import GroupLeader, build_policy
 from .metrics import TrainerMetrics
-from .policy import PolicyTrainer, StepStats
+from .policy import PolicyTrainer
 from .publish import Published, ReplicaPusher, WeightsStore
 from .settings import TrainerSettings
 from .sharding import Sharding
@@ -74,15 +71,7 @@ class Trainer:
         self.metrics = metrics or TrainerMetrics(member)
         # Experiment trackers (tracking.report_to): step stats go there from a thread of their own.
         self.tracking = tracking or build_tracking(cfg, f"trainer-{member}", self.metrics.registry)
-        self.redis = redis_client or redis.Redis.from_url(
-            cfg.redis_url,
-            **redis_auth(),
-            socket_timeout=30.0,
-            socket_connect_timeout=5.0,
-            # A Redis restart or failover is retried with backoff instead of killing the trainer.
-            retry=Retry(ExponentialBackoff(cap=10.0, base=0.1), retries=8),
-            retry_on_error=[redis.ConnectionError, redis.TimeoutError],
-        )
+        self.redis = redis_client or trainer_redis(cfg.redis_url)
         self.http = http or httpx.Client(timeout=httpx.Timeout(self.settings.http_timeout_s, connect=5.0))
         self.stream = BatchStream(
             self.redis,
@@ -133,13 +122,8 @@ class Trainer:
             self.state = self.checkpointer.load_state(ckpt)
             for bid in self.state.applied:
                 self._remember(bid)
-            log.info(
-                "resumed %s from %s: step %d, version %d",
-                self.member,
-                ckpt.name,
-                self.state.step,
-                self.state.weight_version,
-            )
+            st = self.state
+            log.info("resumed %s from %s: step %d, version %d", self.member, ckpt.name, st.step, st.weight_version)
         self.stream.ensure_group()
         self.stream.claim_dead(self.settings.claim_idle_ms)
         self._last_claim = time.monotonic()
@@ -147,19 +131,15 @@ class Trainer:
         if newest > self.state.weight_version or (newest and newest not in self.store.versions()):
             # Versions newer than the checkpoint came from steps lost in a crash (or the newest folder is
             # gone): the servers must move to this lineage, under a fresh, higher version number.
-            log.info(
-                "published version %d is newer than the checkpoint's %d: republishing",
-                newest,
-                self.state.weight_version,
-            )
             checkpoint_version, self.state.weight_version = self.state.weight_version, newest
+            log.info("published version %d is newer than the checkpoint's %d: republishing", newest, checkpoint_version)
             self.publish()
             self.renumbering = Renumbering(newest, checkpoint_version, self.state.weight_version)
         elif newest > 0:
             self.latest = self.store.get(newest, self.policy.format)  # type: ignore[arg-type]
             self.pusher.sync(self.latest)
-        self._gauge(self.metrics.weight_version, self.state.weight_version)
-        self._gauge(self.metrics.step, self.state.step)
+        self.metrics.set(self.metrics.weight_version, self.state.weight_version)
+        self.metrics.set(self.metrics.step, self.state.step)
         # Served last, so the endpoint doubles as readiness: the model is loaded and the group joined.
         if self.settings.metrics_port is not None:
             self._metrics_server = self.metrics.serve(self.settings.metrics_port, self.settings.metrics_host)
@@ -217,12 +197,12 @@ class Trainer:
         if batch is None or batch.member != self.member or batch.run_id != self.cfg.run_id or outside:
             why = entry.error or outside or f"batch for {batch.member!r}/{batch.run_id!r}"  # type: ignore[union-attr]
             log.error("dropping stream entry %s: %s", entry.entry_id, why)
-            self._labels(m.invalid_dropped).inc()
+            self.metrics.labels(m.invalid_dropped).inc()
             self.stream.commit([entry.entry_id], dropped=[f"invalid:{entry.entry_id}"])
             return
         if batch.batch_id in self._applied_set:
             log.info("batch %s already applied: acknowledging without training", batch.batch_id)
-            self._labels(m.duplicates).inc()
+            self.metrics.labels(m.duplicates).inc()
             if any(bid == batch.batch_id for _, bid in self._uncommitted):
                 self._uncommitted.append((entry.entry_id, None))  # acked with the checkpoint holding its step
             else:
@@ -230,7 +210,7 @@ class Trainer:
             return
         generated = min(s.weight_version for _, s in batch.samples())
         lag = version_lag(self.state.weight_version, generated, self.renumbering)
-        self._gauge(m.version_lag, lag)
+        self.metrics.set(m.version_lag, lag)
         if lag > self.cfg.training.max_staleness:
             log.info(
                 "dropping batch %s: generated by version %d, trainer at %d (max staleness %d)",
@@ -239,7 +219,7 @@ class Trainer:
                 self.state.weight_version,
                 self.cfg.training.max_staleness,
             )
-            self._labels(m.stale_dropped).inc()
+            self.metrics.labels(m.stale_dropped).inc()
             self.stream.commit([entry.entry_id], dropped=[batch.batch_id])
             if self.latest is not None:
                 # A replica generating on weights this old has restarted (or missed pushes): bring it
@@ -253,7 +233,7 @@ class Trainer:
         self._remember(batch.batch_id)
         self._uncommitted.append((entry.entry_id, batch.batch_id))
         self._unpublished += 1 if stats.sequences else 0
-        self._record(stats)
+        self.metrics.record_step(stats, self.state.step)
         if not stats.sequences:
             log.info(
                 "step %d batch %s: no signal (all %d groups have equal rewards, mean %.3f): no update",
@@ -293,7 +273,7 @@ class Trainer:
         """Write a durable checkpoint, then acknowledge every entry whose step it contains."""
         self.state.applied = list(self._applied)
         self.policy.save_checkpoint(self.checkpointer, self.state)
-        self._labels(self.metrics.checkpoints).inc()
+        self.metrics.labels(self.metrics.checkpoints).inc()
         entries = [e for e, _ in self._uncommitted]
         applied = [b for _, b in self._uncommitted if b]
         self.stream.commit(entries, applied=applied, state={"step": self.state.step})
@@ -310,7 +290,7 @@ class Trainer:
             self._show_transfer("files")
             t0 = time.perf_counter()
             self._publish_files()
-            self._labels(self.metrics.publish_stall_seconds).observe(time.perf_counter() - t0)
+            self.metrics.labels(self.metrics.publish_stall_seconds).observe(time.perf_counter() - t0)
             return
         self._show_transfer("broadcast")
         version = self._next_version()
@@ -318,7 +298,7 @@ class Trainer:
         snapshot = self.policy.weights_snapshot(b.dtype, self._snapshot)
         assert snapshot is not None  # this is the leader
         self._snapshot = snapshot
-        self._labels(self.metrics.publish_stall_seconds).observe(time.perf_counter() - t0)
+        self.metrics.labels(self.metrics.publish_stall_seconds).observe(time.perf_counter() - t0)
         self.stream.announce_version(version)
         self.state.weight_version = version
         self._unpublished = 0
@@ -339,7 +319,7 @@ class Trainer:
         outcomes = self.pusher.push(pub)
         failed = sum(o in ("unreachable", "rejected") for o in outcomes.values())
         if failed:
-            self._labels(self.metrics.push_failures).inc(failed)
+            self.metrics.labels(self.metrics.push_failures).inc(failed)
         log.info("published %s version %d (%s): %s", self.member, version, pub.sha256[:12], outcomes)
 
     def _publish_broadcast(self, version: int, snapshot: dict[str, torch.Tensor]) -> None:
@@ -364,7 +344,7 @@ class Trainer:
                 self.pusher.behind.discard(url)
         failed = sum(o in ("unreachable", "rejected") for o in by_files.values())
         if failed:
-            self._labels(self.metrics.push_failures).inc(failed)
+            self.metrics.labels(self.metrics.push_failures).inc(failed)
         got = sorted(u for u, o in broadcast.items() if o == "ok")
         log.info("published %s version %d (%s): broadcast to %s, files %s", self.member, version, pub.sha256[:12],
                  got, by_files)  # fmt: skip
@@ -373,8 +353,8 @@ class Trainer:
         """``pub``'s files exist: it counts as published."""
         self.stream.record_version(pub.version)
         self.latest = pub
-        self._labels(self.metrics.publishes).inc()
-        self._gauge(self.metrics.weight_version, pub.version)
+        self.metrics.labels(self.metrics.publishes).inc()
+        self.metrics.set(self.metrics.weight_version, pub.version)
 
     def _wait_publishing(self) -> None:
         """The version in flight is broadcast and its files written (its errors raise here)."""
@@ -409,37 +389,6 @@ class Trainer:
             self.pusher.sync(self.latest)  # also catches a replica that restarted
             self._last_sync = now
         try:
-            self._gauge(self.metrics.backlog, self.stream.backlog())
+            self.metrics.set(self.metrics.backlog, self.stream.backlog())
         except redis.RedisError:
             pass
-
-    # -- metrics -----------------------------------------------------------------------------------
-
-    def _labels(self, metric: Any) -> Any:
-        return metric.labels(member=self.member)
-
-    def _gauge(self, metric: Any, value: float) -> None:
-        metric.labels(member=self.member).set(value)
-
-    def _record(self, s: StepStats) -> None:
-        m = self.metrics
-        self._gauge(m.mean_reward, s.mean_reward)
-        self._labels(m.batches_applied).inc()
-        self._gauge(m.step, self.state.step)
-        if s.groups_skipped:
-            self._labels(m.groups_skipped).inc(s.groups_skipped)
-        if not s.sequences:
-            return
-        for metric, value in (
-            (m.loss, s.loss),
-            (m.advantage_std, s.advantage_std),
-            (m.clip_fraction, s.clip_fraction),
-            (m.approx_kl, s.approx_kl),
-            (m.entropy, s.entropy),
-            (m.grad_norm, s.grad_norm),
-            (m.tokens_per_second, s.tokens_per_second),
-        ):
-            self._gauge(metric, value)
-        if s.ref_kl is not None:
-            self._gauge(m.ref_kl, s.ref_kl)
-        self._labels(m.step_seconds).observe(s.seconds)

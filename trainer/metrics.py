@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 from corl.prometheus import MetricSet
+
+if TYPE_CHECKING:
+    from .policy import StepStats
+
+
+_SECONDS = (0.01, 0.03, 0.1, 0.3, 1, 3, 10, 30, 100)  # histogram buckets of every duration
 
 
 class TrainerMetrics:
@@ -35,7 +43,7 @@ class TrainerMetrics:
             "step_seconds",
             "Wall time of one training step.",
             "member",
-            buckets=(0.01, 0.03, 0.1, 0.3, 1, 3, 10, 30, 100),
+            buckets=_SECONDS,
         )
         self.batches_applied = c("batches_applied_total", "Batches trained on.")
         self.stale_dropped = c("stale_batches_dropped_total", "Batches dropped as generated too many versions ago.")
@@ -48,14 +56,14 @@ class TrainerMetrics:
             "weight_broadcast_seconds",
             "One version broadcast to the member's weight group: from the first byte to every replica's answer.",
             "member",
-            buckets=(0.01, 0.03, 0.1, 0.3, 1, 3, 10, 30, 100),
+            buckets=_SECONDS,
         )
         self.weight_broadcast_bytes = c("weight_broadcast_bytes_total", "Bytes of weights sent to the weight group.")
         self.publish_stall_seconds = m.histogram(
             "publish_stall_seconds",
             "What one publish holds training up: the CPU snapshot (broadcast) or the whole write and push (files).",
             "member",
-            buckets=(0.01, 0.03, 0.1, 0.3, 1, 3, 10, 30, 100),
+            buckets=_SECONDS,
         )
         self.checkpoints = c("checkpoints_total", "Durable checkpoints written.")
         self.member = member
@@ -66,6 +74,32 @@ class TrainerMetrics:
 
     def labels(self, metric: Gauge | Counter | Histogram):  # type: ignore[no-untyped-def]
         return metric.labels(member=self.member)
+
+    def set(self, gauge: Gauge, value: float) -> None:
+        gauge.labels(member=self.member).set(value)
+
+    def record_step(self, s: StepStats, step: int) -> None:
+        """What one training step did."""
+        self.set(self.mean_reward, s.mean_reward)
+        self.labels(self.batches_applied).inc()
+        self.set(self.step, step)
+        if s.groups_skipped:
+            self.labels(self.groups_skipped).inc(s.groups_skipped)
+        if not s.sequences:
+            return
+        for gauge, value in (
+            (self.loss, s.loss),
+            (self.advantage_std, s.advantage_std),
+            (self.clip_fraction, s.clip_fraction),
+            (self.approx_kl, s.approx_kl),
+            (self.entropy, s.entropy),
+            (self.grad_norm, s.grad_norm),
+            (self.tokens_per_second, s.tokens_per_second),
+        ):
+            self.set(gauge, value)
+        if s.ref_kl is not None:
+            self.set(self.ref_kl, s.ref_kl)
+        self.labels(self.step_seconds).observe(s.seconds)
 
     def serve(self, port: int, host: str = "0.0.0.0"):  # type: ignore[no-untyped-def]
         """Start the /metrics endpoint in a daemon thread; returns the server (``shutdown()`` to stop)."""

@@ -16,6 +16,7 @@ from corl import proto
 from corl.config import CohortConfig
 from corl.harvest.stats import read_stats
 from corl.heldout import read_readings
+from corl.services.background import stop_task
 from corl.services.errors import NotFoundError
 from corl.tracking import Tracking
 
@@ -90,11 +91,7 @@ class AggregatorServing:
     async def stop(self) -> None:
         await self.rewards.stop()
         if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
+            await stop_task(self._task)
             self._task = None
 
     def _check_run(self, run: str) -> None:

@@ -12,7 +12,6 @@ a stable replica that refuses keeps the old version and the promotion is tried a
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from pathlib import Path
 from typing import Any
@@ -27,6 +26,7 @@ from corl.config import CohortConfig
 from corl.harvest.canary import Decision, decide, trained_share
 from corl.heldout import read_readings
 from corl.proto import InfoResponse, WeightUpdateRequest
+from corl.services.background import stop_task
 from corl.services.http import bearer_headers
 from corl.weights_store import ADAPTER_CONFIG, recorded_digest
 
@@ -80,9 +80,7 @@ class CanaryController:
 
     async def stop(self) -> None:
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await stop_task(self._task)
             self._task = None
 
     async def _run(self) -> None:

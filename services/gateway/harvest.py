@@ -14,7 +14,6 @@ write that succeeds.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import random
 import time
@@ -29,6 +28,7 @@ from corl.config import CohortConfig
 from corl.harvest import RedactionFailed, Redactor, conversation_of, digest, opted_in, sampled, too_large
 from corl.harvest.stats import read_stats
 from corl.proto.gateway import DropReason, HarvestedPrompt, HarvestRoute, HarvestStats
+from corl.services.background import stop_task
 
 from .metrics import GatewayMetrics
 from .settings import GatewaySettings
@@ -96,10 +96,7 @@ class Harvester:
 
     async def stop(self) -> None:
         for t in self._workers:
-            t.cancel()
-        for t in self._workers:
-            with contextlib.suppress(asyncio.CancelledError):
-                await t
+            await stop_task(t)
         self._workers = []
 
     async def _work(self) -> None:

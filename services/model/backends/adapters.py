@@ -10,6 +10,9 @@ modules, per-layer ranks, biases) are refused with the reason.
 from __future__ import annotations
 
 import math
+import os
+import shutil
+import tempfile
 from collections.abc import Mapping, Set
 from dataclasses import dataclass
 from pathlib import Path
@@ -100,3 +103,27 @@ def transposed_weights(model: torch.nn.Module) -> frozenset[str]:
     from transformers.pytorch_utils import Conv1D
 
     return frozenset(f"{n}.weight" for n, m in model.named_modules() if isinstance(m, Conv1D))
+
+
+def merged_directory(model_dir: str, adapter_dir: str, prefix: str) -> str:
+    """The model directory's initial weights with the adapter merged (PEFT, float32, on the CPU), saved
+    as safetensors alone in a new temporary directory (named ``prefix``...): a full-weights update for
+    a server that cannot apply adapters itself (vLLM without LoRA support for the architecture)."""
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    base = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    try:
+        merged = PeftModel.from_pretrained(base, adapter_dir).merge_and_unload()
+    except Exception as err:  # noqa: BLE001 - peft raises many types for a mismatched adapter
+        raise WeightLoadError(f"adapter does not fit the serving model: {err}") from None
+    out = tempfile.mkdtemp(prefix=prefix)
+    try:
+        merged.save_pretrained(out)
+    except BaseException:
+        shutil.rmtree(out, ignore_errors=True)
+        raise
+    for extra in os.listdir(out):  # only the tensors matter to a reload
+        if not extra.endswith(".safetensors"):
+            os.remove(os.path.join(out, extra))
+    return out

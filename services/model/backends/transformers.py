@@ -24,18 +24,14 @@ import threading
 import time
 from collections.abc import Callable, Sequence, Set
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
-from pathlib import Path
 
 import torch
 from safetensors import safe_open
-from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 
 from corl import weights_store
 from corl.models.sampling import sample
 from corl.transfer import (
-    FingerprintMismatch,
     GroupSpec,
     TransferError,
     TransferGroup,
@@ -55,26 +51,14 @@ from .base import (
     Streamed,
     StreamStep,
     TokenDelta,
-    TransferAbortedError,
     WeightFormat,
     WeightGroupError,
     WeightLoadError,
 )
 from .relay import Relay
+from .slots import Slot
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class _Slot:
-    model: PreTrainedModel
-    version: int
-    leases: int = 0
-    merged: frozenset[str] = frozenset()  # weights an adapter has changed from the initial ones
-    targets: dict[str, torch.Tensor] = field(init=False, repr=False)  # state-dict name -> live tensor
-
-    def __post_init__(self) -> None:
-        self.targets = dict(self.model.state_dict())
 
 
 class TransformersBackend(base.Backend):
@@ -95,8 +79,8 @@ class TransformersBackend(base.Backend):
         self._infer = ThreadPoolExecutor(1, thread_name_prefix="corl-infer")
         self._swap = ThreadPoolExecutor(2, thread_name_prefix="corl-swap")
         self._cond = threading.Condition()
-        self._active: _Slot | None = None
-        self._spare: _Slot | None = None
+        self._active: Slot | None = None
+        self._spare: Slot | None = None
         self._swap_lock = asyncio.Lock()
         self._max_len: int | None = None
         self._takes_positions = False
@@ -146,8 +130,8 @@ class TransformersBackend(base.Backend):
         # Both slots own their memory: on CPU, from_pretrained's tensors may be pages of the mapped
         # checkpoint, and the first write into such a page (the first swap into that slot) copies it:
         # 4 s for Qwen2.5-0.5B's LoRA-targeted weights, against 0.3 s for a merge into owned memory.
-        self._active = _Slot(copy.deepcopy(model) if self._device == "cpu" else model, self._initial_version)
-        self._spare = _Slot(copy.deepcopy(model), -1)
+        self._active = Slot(copy.deepcopy(model) if self._device == "cpu" else model, self._initial_version)
+        self._spare = Slot(copy.deepcopy(model), -1)
         log.info("loaded %s (%s, %d parameters) on %s", self.name, self.family, self.parameters, self._device)
 
     async def close(self) -> None:
@@ -156,7 +140,7 @@ class TransformersBackend(base.Backend):
         self._swap.shutdown(wait=False, cancel_futures=True)
 
     # --- leases -------------------------------------------------------------------------------
-    def _lease(self) -> _Slot:
+    def _lease(self) -> Slot:
         with self._cond:
             if self._active is None:
                 raise base.BackendError("model not loaded")
@@ -164,7 +148,7 @@ class TransformersBackend(base.Backend):
             slot.leases += 1
             return slot
 
-    def _release(self, slot: _Slot) -> None:
+    def _release(self, slot: Slot) -> None:
         with self._cond:
             slot.leases -= 1
             self._cond.notify_all()
@@ -263,7 +247,7 @@ class TransformersBackend(base.Backend):
             model = self._load_full(spare, path, sha256) if fmt == "full" else self._load_lora(spare, path, sha256)
         except BaseException:
             # The spare may be half-written: rebuild it from the serving model.
-            self._spare = _Slot(copy.deepcopy(self._active.model), -1, merged=self._active.merged)
+            self._spare = Slot(copy.deepcopy(self._active.model), -1, merged=self._active.merged)
             raise
         with self._cond:
             spare.model, spare.version = model, version
@@ -272,29 +256,14 @@ class TransformersBackend(base.Backend):
         log.info("%s: swapped to weight version %d (%s) in %.3fs", self.name, version, fmt, seconds)
         return seconds
 
-    @staticmethod
-    def _parse(files: list[Path]) -> dict[str, torch.Tensor]:
-        tensors: dict[str, torch.Tensor] = {}
-        for f in files:
-            try:
-                tensors.update(load_file(f))
-            except Exception as err:  # noqa: BLE001 - any parse failure is a bad file
-                raise WeightLoadError(f"{f.name} is not a readable safetensors file: {err}") from None
-        return tensors
-
     @torch.no_grad()
-    def _load_full(self, slot: _Slot, path: str, sha256: str) -> PreTrainedModel:
-        def load(files: list[Path]) -> None:
-            # Copy straight into the spare's tensors: load_state_dict's module walk costs more than the copy.
-            for name, tensor in self._parse(files).items():
-                slot.targets[name].copy_(tensor)
-
-        weights.load_verified(path, sha256, self._reference, self._aliases, load, self._swap)
+    def _load_full(self, slot: Slot, path: str, sha256: str) -> PreTrainedModel:
+        weights.load_verified(path, sha256, self._reference, self._aliases, slot.copy_in, self._swap)
         slot.merged = frozenset(slot.targets)  # none is the initial value now (a later adapter resets all)
         return slot.model
 
     @torch.no_grad()
-    def _load_lora(self, slot: _Slot, path: str, sha256: str) -> PreTrainedModel:
+    def _load_lora(self, slot: Slot, path: str, sha256: str) -> PreTrainedModel:
         weights.verify_adapter(path, sha256)
         deltas = adapters.read_adapter(path, self._reference, self._stored_in_out)
         initial = self._initial_values(deltas.keys() | slot.merged, slot.targets)
@@ -388,27 +357,12 @@ class TransformersBackend(base.Backend):
             self._cond.wait_for(lambda: self._spare is not None and self._spare.leases == 0)
         spare = self._spare
         assert spare is not None
-        names = [name for name, _, _ in manifest]
-        targets = [spare.targets[n] for n in names]
-        # Tensors land in place; a rare non-contiguous one comes through a contiguous copy.
-        dests = [t if t.is_contiguous() else t.contiguous() for t in targets]
         try:
-            group.receive(version, names, dests)
-            for target, dest in zip(targets, dests, strict=True):
-                if dest is not target:
-                    target.copy_(dest)
-        except TransferRefused as err:  # nothing was written
-            raise TransferAbortedError(str(err)) from None
-        except BaseException as err:
-            spare.merged = frozenset(spare.targets)  # half written: a later adapter resets every weight
-            if isinstance(err, FingerprintMismatch):
-                raise WeightLoadError(str(err), field="tensors") from None
-            if isinstance(err, TransferError):
-                self._drop(group)
-                raise WeightGroupError(str(err)) from None
+            spare.receive(group, version, manifest)
+        except WeightGroupError:
+            self._drop(group)
             raise
         with self._cond:
-            spare.version, spare.merged = version, frozenset(spare.targets)
             self._spare, self._active = self._active, spare
         seconds = time.perf_counter() - t0
         log.info("%s: took weight version %d from group %s in %.3fs", self.name, version, group.group_id, seconds)

@@ -28,20 +28,17 @@ import contextlib
 import functools
 import logging
 import math
-import os
 import shutil
-import tempfile
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from corl import weights_store
 from corl.transfer import GroupSpec, dtype_name
 
-from . import weights
+from . import adapters, weights
 from .base import (
     Backend,
     BackendError,
@@ -61,20 +58,13 @@ from .base import (
     single_token_id,
 )
 from .relay import Relay
+from .vllm_admission import Admission, Serving
 from .vllm_engine import EngineOptions, VLLMEngine
-from .vllm_requests import Gathered, generate_output, sampled_logprobs, sampling_params
+from .vllm_requests import Gathered, generate_output, judge_params, judge_scores, sampled_logprobs, sampling_params
 
 log = logging.getLogger(__name__)
 
 _EMBEDDINGS = ("embed_tokens.weight", "wte.weight", "embeddings.weight", "word_embeddings.weight")
-
-
-@dataclass(frozen=True)
-class _Serving:
-    """What a new request is served with; replaced as a whole, so readers see one consistent pair."""
-
-    version: int
-    lora: Any = None  # vllm LoRARequest, or None for the plain weights
 
 
 class VLLMBackend(Backend):
@@ -96,23 +86,20 @@ class VLLMBackend(Backend):
         super().__init__(model_dir, name, initial_version)
         self._own_engine = engine is None
         self._engine = engine or VLLMEngine(self._model_dir, options)
-        self._serving = _Serving(initial_version)
+        self._gate = Admission(Serving(initial_version), self._remove_lora)
         self._swap_lock = asyncio.Lock()
-        self._admitting = asyncio.Event()
-        self._admitting.set()
-        self._idle = asyncio.Event()
-        self._idle.set()
-        self._inflight = 0
-        self._by_lora: dict[int, int] = {}  # adapter id -> requests in flight with it
         self._merged_dir: str | None = None  # CPU-merged LoRA weights now serving (non-LoRA archs)
         self._failed: str | None = None
         self._group: str | None = None  # the weight group the engine's workers are in
-        self._tasks: set[asyncio.Future[None]] = set()
-        self.peak_inflight = 0  # most requests in the engine at once (continuous batching at work)
 
     @property
     def weight_version(self) -> int:
-        return self._serving.version
+        return self._gate.serving.version
+
+    @property
+    def peak_inflight(self) -> int:
+        """Most requests in the engine at once (continuous batching at work)."""
+        return self._gate.peak_inflight
 
     @property
     def max_context(self) -> int | None:
@@ -162,58 +149,17 @@ class VLLMBackend(Backend):
 
     # --- admission ----------------------------------------------------------------------------
     @contextlib.asynccontextmanager
-    async def _admitted(self) -> AsyncIterator[_Serving]:
-        """Hold the serving weights for one request; a full swap waits until no one holds them."""
-        while not self._admitting.is_set():
-            await self._admitting.wait()
-        if self._failed:
-            raise BackendError(self._failed)
-        serving = self._serving
-        lora_id = serving.lora.lora_int_id if serving.lora is not None else None
-        self._inflight += 1
-        self.peak_inflight = max(self.peak_inflight, self._inflight)
-        self._idle.clear()
-        if lora_id is not None:
-            self._by_lora[lora_id] = self._by_lora.get(lora_id, 0) + 1
-        try:
+    async def _admitted(self) -> AsyncIterator[Serving]:
+        async with self._gate.held() as serving:
+            if self._failed:
+                raise BackendError(self._failed)
             yield serving
-        finally:
-            self._inflight -= 1
-            if self._inflight == 0:
-                self._idle.set()
-            if lora_id is not None:
-                self._by_lora[lora_id] -= 1
-                current = self._serving.lora
-                if self._by_lora[lora_id] == 0 and (current is None or current.lora_int_id != lora_id):
-                    self._unload_lora(lora_id)
-
-    def _serve(self, new: _Serving) -> None:
-        """Switch what new requests get; an adapter nobody uses any more is unloaded."""
-        old, self._serving = self._serving, new
-        if old.lora is not None and self._by_lora.get(old.lora.lora_int_id, 0) == 0:
-            self._unload_lora(old.lora.lora_int_id)
-
-    def _unload_lora(self, lora_id: int) -> None:
-        self._by_lora.pop(lora_id, None)
-        task = asyncio.ensure_future(self._remove_lora(lora_id))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
 
     async def _remove_lora(self, lora_id: int) -> None:
         try:
             await self._engine.run(self._engine.llm.remove_lora(lora_id))
         except Exception:  # noqa: BLE001 - an adapter left loaded only costs memory until evicted
             log.warning("%s: could not unload LoRA adapter %d", self.name, lora_id, exc_info=True)
-
-    @contextlib.asynccontextmanager
-    async def _drained(self) -> AsyncIterator[None]:
-        """Close admission and wait for the requests in flight; new requests wait, not fail."""
-        self._admitting.clear()
-        try:
-            await self._idle.wait()
-            yield
-        finally:
-            self._admitting.set()
 
     # --- inference ----------------------------------------------------------------------------
     def _encode(self, texts: Sequence[str]) -> list[list[int]]:
@@ -273,27 +219,11 @@ class VLLMBackend(Backend):
         return final
 
     async def judge(self, texts: Sequence[str], correct_token: str, incorrect_token: str) -> JudgeOutput:
-        from vllm import SamplingParams as VSamplingParams
-        from vllm.sampling_params import RequestOutputKind
-
         c, i = self._single_token(correct_token), self._single_token(incorrect_token)
-        sp = VSamplingParams(
-            max_tokens=1,
-            temperature=0.0,
-            logprob_token_ids=[c, i],
-            detokenize=False,
-            output_kind=RequestOutputKind.FINAL_ONLY,
-        )
         ids = self._encode(texts)
         async with self._admitted() as serving:
-            finals = await self._engine.run(self._run_all(ids, sp, serving.lora))
-        scores = []
-        for out in finals:
-            step = out.outputs[0].logprobs[0]
-            # P(c) / (P(c) + P(i)) = sigmoid(log P(c) - log P(i)); written to stay finite.
-            diff = float(step[c].logprob) - float(step[i].logprob)
-            scores.append(1.0 / (1.0 + math.exp(-diff)) if diff >= 0 else math.exp(diff) / (1.0 + math.exp(diff)))
-        return JudgeOutput(serving.version, scores)
+            finals = await self._engine.run(self._run_all(ids, judge_params(c, i), serving.lora))
+        return JudgeOutput(serving.version, judge_scores(finals, c, i))
 
     def _single_token(self, text: str) -> int:
         return single_token_id(self.tokenizer, text, self.name)
@@ -326,10 +256,10 @@ class VLLMBackend(Backend):
             return seconds
 
     async def _swap_full(self, version: int, path: str, checked: tuple[list[Any], weights.FileStates]) -> None:
-        async with self._drained():
+        async with self._gate.drained():
             await asyncio.to_thread(weights.check_unchanged, *checked)
             await self._reload(path)
-            self._serve(_Serving(version))
+            self._gate.serve(Serving(version))
 
     async def _reload(self, path: str) -> None:
         """Load a verified directory into the running model, in place; on failure try to put the
@@ -361,36 +291,24 @@ class VLLMBackend(Backend):
             raise WeightLoadError(f"adapter does not fit the serving model: {err}") from None
         if self._engine.weights_path != self._model_dir:
             # Adapters are relative to the initial weights; a full update replaced them.
-            async with self._drained():
+            async with self._gate.drained():
                 await self._reload(self._model_dir)
-                self._serve(_Serving(version, request))
+                self._gate.serve(Serving(version, request))
         else:
-            self._serve(_Serving(version, request))  # running requests keep their adapter
+            self._gate.serve(Serving(version, request))  # running requests keep their adapter
 
     def _merge_lora(self, path: str, sha256: str) -> str:
-        """For architectures vLLM has no LoRA for: merge into the initial weights on the CPU and
-        save the tensors as a full-weights directory, checked like any full update."""
-        import torch
-        from peft import PeftModel
-        from transformers import AutoModelForCausalLM
-
+        """For architectures vLLM has no LoRA for: the adapter merged into a full-weights directory."""
         weights.verify_adapter(path, sha256)
-        base = AutoModelForCausalLM.from_pretrained(self._model_dir, dtype=torch.float32)
+        merged = adapters.merged_directory(self._model_dir, path, f"corl-{self.name}-merged-")
         try:
-            merged = PeftModel.from_pretrained(base, path).merge_and_unload()
-        except Exception as err:  # noqa: BLE001 - peft raises many types for a mismatched adapter
-            raise WeightLoadError(f"adapter does not fit the serving model: {err}") from None
-        out = tempfile.mkdtemp(prefix=f"corl-{self.name}-merged-")
-        try:
-            merged.save_pretrained(out)
-            weights.check_spec(weights.files_spec(weights_store.safetensors_files(out)), self._reference, self._aliases)
+            weights.check_spec(
+                weights.files_spec(weights_store.safetensors_files(merged)), self._reference, self._aliases
+            )
         except BaseException:
-            shutil.rmtree(out, ignore_errors=True)
+            shutil.rmtree(merged, ignore_errors=True)
             raise
-        for extra in os.listdir(out):  # only the tensors matter to reload_weights
-            if not extra.endswith(".safetensors"):
-                os.remove(os.path.join(out, extra))
-        return out
+        return merged
 
     # --- the weight group (GPUs only: the engine's workers hold it, see vllm_transfer) ------------
     @property
@@ -441,14 +359,14 @@ class VLLMBackend(Backend):
                     await self._engine.run(llm.collective_rpc("corl_refuse", args=(version,)))
                 raise
             plain = [(name, dtype, list(shape)) for name, dtype, shape in manifest]
-            async with self._drained():
+            async with self._gate.drained():
                 try:
                     await self._engine.run(llm.collective_rpc("corl_receive", args=(version, plain)))
                 except Exception as err:  # noqa: BLE001 - the workers' errors come back as text
                     await self._receive_failed(str(err))
                 finally:
                     await self._engine.run(llm.reset_prefix_cache())  # no KV block of other weights reused
-                self._serve(_Serving(version))
+                self._gate.serve(Serving(version))
                 if uri is not None:
                     self._engine.weights_path = uri  # where this version's files appear: a restore reads them
             seconds = time.perf_counter() - t0

@@ -7,6 +7,7 @@ vLLM's outputs are read by attribute; vLLM is imported only to build its samplin
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -38,6 +39,31 @@ def sampling_params(params: SamplingParams, streamed: bool) -> Any:
         )
     except VLLMValidationError as err:  # e.g. vLLM caps temperature at 2: the caller's input, 422
         raise InvalidInputError(f"vLLM backend: {err}", getattr(err, "parameter", None) or "body") from None
+
+
+def judge_params(correct: int, incorrect: int) -> Any:
+    """vLLM's ``SamplingParams`` for a judge call: one greedy step, the two verdict tokens' log-probs."""
+    from vllm import SamplingParams as VSamplingParams
+    from vllm.sampling_params import RequestOutputKind
+
+    return VSamplingParams(
+        max_tokens=1,
+        temperature=0.0,
+        logprob_token_ids=[correct, incorrect],
+        detokenize=False,
+        output_kind=RequestOutputKind.FINAL_ONLY,
+    )
+
+
+def judge_scores(finals: Sequence[Any], correct: int, incorrect: int) -> list[float]:
+    """P(correct) / (P(correct) + P(incorrect)) of each judge call's next token."""
+    scores = []
+    for out in finals:
+        step = out.outputs[0].logprobs[0]
+        # = sigmoid(log P(c) - log P(i)): the softmax normaliser cancels; written to stay finite.
+        diff = float(step[correct].logprob) - float(step[incorrect].logprob)
+        scores.append(1.0 / (1.0 + math.exp(-diff)) if diff >= 0 else math.exp(diff) / (1.0 + math.exp(diff)))
+    return scores
 
 
 def sampled_logprobs(c: Any) -> list[float]:

@@ -96,6 +96,7 @@ class Prober:
 def servers(model_dir: Path, count: int, log_dir: Path) -> Iterator[list[str]]:
     """``count`` model servers of ``model_dir``, ready; one torch thread each."""
     from corl.embedded.processes import corl_command, terminate
+    from corl.health import running, wait_healthy
     from corl.redis_server import free_port
 
     env = {**os.environ, "CORL_ADMIN_TOKEN": TOKEN, "CORL_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
@@ -107,17 +108,8 @@ def servers(model_dir: Path, count: int, log_dir: Path) -> Iterator[list[str]]:
             with (log_dir / f"server-{i}.log").open("ab") as out:
                 procs.append(subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT))
             urls.append(f"http://127.0.0.1:{port}")
-        deadline = time.monotonic() + 900
         for url, proc in zip(urls, procs, strict=True):
-            while True:
-                assert proc.poll() is None, f"server {url} died: see {log_dir}"
-                try:
-                    if httpx.get(f"{url}/readyz", timeout=5).status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    pass
-                assert time.monotonic() < deadline, f"server {url} not ready"
-                time.sleep(0.5)
+            wait_healthy(f"{url}/readyz", 900, alive=running(proc, lambda: f"see {log_dir}"))
         yield urls
     finally:
         for proc in procs:

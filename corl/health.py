@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Callable
 
 import httpx
@@ -32,6 +33,17 @@ def wait_healthy(
                     raise _NotOk(f"{url} answered {status}")
     except (httpx.TransportError, _NotOk) as err:
         raise NotReadyError(f"{url} not ready after {timeout_s:.0f}s: {err}") from None
+
+
+def running(proc: subprocess.Popen, why: Callable[[], str] | None = None) -> Callable[[], None]:  # type: ignore[type-arg]
+    """An ``alive`` check for ``wait_healthy``: raises ``RuntimeError`` once ``proc`` has exited, with
+    ``why()`` (e.g. the tail of its log) in the message."""
+
+    def check() -> None:
+        if proc.poll() is not None:
+            raise RuntimeError(f"process exited with {proc.returncode}" + (f": {why()}" if why else ""))
+
+    return check
 
 
 class _NotOk(Exception):

@@ -14,6 +14,9 @@ from ._base import WireInt, WireModel, WireRequest
 from .generate import PromptFormat, SamplingSettings
 
 Score = Annotated[float, Field(ge=0.0, le=1.0)]
+Share = Annotated[float, Field(ge=0.0, le=1.0)]  # a share of samples, answers or labels
+# A judge's rubric: what a free-form response is checked against (the chat task's judge text).
+Rubric = Annotated[str, Field(min_length=1, max_length=4000)]
 
 
 class GradeItem(WireRequest):
@@ -36,10 +39,8 @@ class GradeRequest(WireRequest):
     n_votes: WireInt = Field(default=8, ge=1)
     format: PromptFormat = Field(default_factory=PromptFormat)
     sampling: SamplingSettings = Field(default_factory=SamplingSettings, description="Vote mode only.")
-    rubric: str | None = Field(
+    rubric: Rubric | None = Field(
         default=None,
-        min_length=1,
-        max_length=4000,
         description="Judge mode, a task that reads one (chat): what the response is judged against (the "
         "cohort config's task.rubric); None: the task's own.",
     )

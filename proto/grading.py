@@ -13,7 +13,7 @@ from pydantic import ConfigDict, Field, model_validator
 from ._base import WireModel, WireRequest
 from .endpoints import EndpointStats
 from .gateway import HarvestStats
-from .grade import GradeMode, Score
+from .grade import GradeMode, Score, Share
 from .heldout import HeldoutAccuracy
 from .weights import WeightTransfer
 
@@ -112,21 +112,17 @@ class MemberRoundStats(WireModel):
     reward_accuracy: float | None = Field(
         default=None, description="Share of samples rewarded exactly when right (TTRL's reward accuracy); diagnostic."
     )
-    majority_ratio: float | None = Field(
-        default=None, ge=0.0, le=1.0, description="Share of G samples that give the plurality answer."
-    )
-    label_share: float | None = Field(
+    majority_ratio: Share | None = Field(default=None, description="Share of G samples that give the plurality answer.")
+    label_share: Share | None = Field(
         default=None,
-        ge=0.0,
-        le=1.0,
         description="Share of the labels given to the other members this round that equal this member's "
         "pseudo-label: how often its answer was the label (None: no other member got a label).",
     )
-    echo_share: float | None = Field(
-        default=None, ge=0.0, le=1.0, description="Share of valid answers copied from the prompt (a collapse signal)."
+    echo_share: Share | None = Field(
+        default=None, description="Share of valid answers copied from the prompt (a collapse signal)."
     )
-    formatted_share: float | None = Field(
-        default=None, ge=0.0, le=1.0, description="Share of samples in the form the task asks for (a collapse signal)."
+    formatted_share: Share | None = Field(
+        default=None, description="Share of samples in the form the task asks for (a collapse signal)."
     )
     batch_written: bool = Field(
         description="False when back-pressure, a frozen role or the collapse guard's hold held it back."

@@ -27,17 +27,8 @@ import torch
 import torch.distributed as dist
 from pydantic import ValidationError
 
+from corl import transfer as xfer
 from corl.proto import GroupBackend, WeightTransferResponse
-from corl.transfer import (
-    GroupSpec,
-    TransferError,
-    TransferGroup,
-    TransferRefused,
-    dtype_name,
-    dtype_of,
-    local_address,
-    open_store,
-)
 
 from .metrics import TrainerMetrics
 from .publish import PushOutcome
@@ -69,7 +60,7 @@ class WeightBroadcaster:
         self.backend: GroupBackend = ("nccl" if device.type == "cuda" else "gloo") if backend == "auto" else backend
         self.device = device if self.backend == "nccl" else torch.device("cpu")
         self.ranks_per_replica = ranks_per_replica
-        self.group: TransferGroup | None = None
+        self.group: xfer.TransferGroup | None = None
         self.replicas: list[str] = []  # the group's replicas, in rank order
         self.dtype: torch.dtype | None = None  # the replicas' serving dtype: floating tensors are sent in it
         self.excluded: set[str] = set()
@@ -106,12 +97,12 @@ class WeightBroadcaster:
         store = self._rendezvous(live[0])
         gid = f"{self.member}-{uuid.uuid4().hex[:12]}"
         world = 1 + len(live) * self.ranks_per_replica
-        spec = GroupSpec(gid, self._address, store.port, 0, world, self.backend, self.timeout_s)
-        built: Future[TransferGroup] = Future()
+        spec = xfer.GroupSpec(gid, self._address, store.port, 0, world, self.backend, self.timeout_s)
+        built: Future[xfer.TransferGroup] = Future()
 
         def own_rank() -> None:  # a daemon thread: a rendezvous that cannot complete must not hold an exit up
             try:
-                built.set_result(TransferGroup.join(spec, store, self.device))
+                built.set_result(xfer.TransferGroup.join(spec, store, self.device))
             except BaseException as err:  # noqa: BLE001 - handed to the waiting side
                 built.set_exception(err)
 
@@ -133,9 +124,9 @@ class WeightBroadcaster:
             log.error("%s: replicas serve different dtypes %s: versions go by files", self.member, dtypes)
             group.close()
             return False
-        self.group, self.replicas, self.dtype = group, live, dtype_of(dtypes.pop())
+        self.group, self.replicas, self.dtype = group, live, xfer.dtype_of(dtypes.pop())
         self._failed_joins = 0
-        log.info("%s: weight group %s: %s (%s, %s)", self.member, gid, live, self.backend, dtype_name(self.dtype))
+        log.info("%s: weight group %s: %s (%s, %s)", self.member, gid, live, self.backend, xfer.dtype_name(self.dtype))
         return True
 
     def close_group(self) -> None:
@@ -151,9 +142,9 @@ class WeightBroadcaster:
     def _rendezvous(self, first: str) -> dist.TCPStore:
         if self._store is None:
             host = urlparse(first).hostname or "127.0.0.1"
-            self._address = self.settings.transfer_address or local_address(host)
-            spec = GroupSpec("", self._address, self.settings.transfer_port, 0, 1, self.backend, self.timeout_s)
-            self._store = open_store(spec, master=True)
+            self._address = self.settings.transfer_address or xfer.local_address(host)
+            spec = xfer.GroupSpec("", self._address, self.settings.transfer_port, 0, 1, self.backend, self.timeout_s)
+            self._store = xfer.open_store(spec, master=True)
         return self._store
 
     def _alive(self, url: str) -> bool:
@@ -196,16 +187,16 @@ class WeightBroadcaster:
         group = self.group
         if group is None:
             return {}
-        manifest = [{"name": n, "dtype": dtype_name(t.dtype), "shape": list(t.shape)} for n, t in snapshot.items()]
+        manifest = [{"name": n, "dtype": xfer.dtype_name(t.dtype), "shape": list(t.shape)} for n, t in snapshot.items()]
         body = {"version": version, "group_id": group.group_id, "tensors": manifest, "uri": uri}
         t0 = time.perf_counter()
         posts = {u: self._pool.submit(self._post_broadcast, u, body) for u in self.replicas}
         sent, refused = 0, False
         try:
             sent = group.send(version, self._on_device(snapshot.values()))
-        except TransferRefused:
+        except xfer.TransferRefused:
             refused = True  # nothing moved; the group stays whole
-        except TransferError as err:
+        except xfer.TransferError as err:
             log.warning("%s: broadcast of version %d failed: %s", self.member, version, err)
             self.close_group()
         answers = {u: _answer(f) for u, f in posts.items()}
@@ -257,7 +248,7 @@ def _files_only(resp: httpx.Response) -> bool:
     return field == "backend" if resp.status_code == 409 else field != "master_address"
 
 
-def _close_built(built: Future[TransferGroup]) -> None:
+def _close_built(built: Future[xfer.TransferGroup]) -> None:
     """A group that formed after all, too late: leave it."""
     if built.exception() is None:
         built.result().close()

@@ -26,6 +26,9 @@ class TrainerMetrics:
         def c(name: str, doc: str) -> Counter:
             return m.counter(name, doc, "member")
 
+        def h(name: str, doc: str) -> Histogram:
+            return m.histogram(name, doc, "member", buckets=_SECONDS)
+
         self.loss = g("loss", "Policy loss of the last step.")
         self.mean_reward = g("mean_reward", "Mean reward of the last batch.")
         self.advantage_std = g("advantage_std", "Std of the advantages trained on in the last batch.")
@@ -39,12 +42,7 @@ class TrainerMetrics:
         self.weight_version = g("weight_version", "Newest published weight version.")
         self.step = g("step", "Batches applied (global step).")
         self.grad_norm = g("grad_norm", "Gradient norm before clipping (last step).")
-        self.step_seconds = m.histogram(
-            "step_seconds",
-            "Wall time of one training step.",
-            "member",
-            buckets=_SECONDS,
-        )
+        self.step_seconds = h("step_seconds", "Wall time of one training step.")
         self.batches_applied = c("batches_applied_total", "Batches trained on.")
         self.stale_dropped = c("stale_batches_dropped_total", "Batches dropped as generated too many versions ago.")
         self.invalid_dropped = c("invalid_batches_dropped_total", "Stream entries that were not a valid batch.")
@@ -52,18 +50,14 @@ class TrainerMetrics:
         self.groups_skipped = c("groups_skipped_total", "Prompt groups with equal rewards (no signal).")
         self.publishes = c("publishes_total", "Weight versions written to the weights store.")
         self.push_failures = c("push_failures_total", "Replica weight pushes that failed after retries.")
-        self.weight_broadcast_seconds = m.histogram(
+        self.weight_broadcast_seconds = h(
             "weight_broadcast_seconds",
             "One version broadcast to the member's weight group: from the first byte to every replica's answer.",
-            "member",
-            buckets=_SECONDS,
         )
         self.weight_broadcast_bytes = c("weight_broadcast_bytes_total", "Bytes of weights sent to the weight group.")
-        self.publish_stall_seconds = m.histogram(
+        self.publish_stall_seconds = h(
             "publish_stall_seconds",
             "What one publish holds training up: the CPU snapshot (broadcast) or the whole write and push (files).",
-            "member",
-            buckets=_SECONDS,
         )
         self.checkpoints = c("checkpoints_total", "Durable checkpoints written.")
         self.member = member

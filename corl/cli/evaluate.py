@@ -63,16 +63,8 @@ def eval_cohort(
             raise typer.BadParameter(f"{split!r}: expected 'eval' or 'all'", param_hint="--split")
         from .evaluate_servers import eval_through_servers
 
-        eval_through_servers(
-            config,
-            n_prompts=n_prompts,
-            k=samples,
-            split=split,
-            chunk=chunk,
-            json_out=json_out,
-            force=force,
-            memory=memory,
-        )
+        eval_through_servers(config, n_prompts=n_prompts, k=samples, split=split, chunk=chunk,
+                             json_out=json_out, force=force, memory=memory)  # fmt: skip
         return
     assert cohort is not None
     import torch

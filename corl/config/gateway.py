@@ -9,7 +9,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from .base import Name, _Section
+from .base import Name, Share, _Section
 
 GatewayRoute = Literal["chat", "completions"]
 
@@ -88,10 +88,8 @@ class CanaryConfig(_Section):
         description="Share of a member's gateway traffic a new version gets until it is promoted; 0: off (a "
         "version serves as soon as its trainer swaps it in).",
     )
-    tolerance: float = Field(
+    tolerance: Share = Field(
         default=0.0,
-        ge=0.0,
-        le=1.0,
         description="Held-out accuracy a new version may lose against the serving version and still be promoted.",
     )
     stable: dict[Name, list[str]] = Field(

@@ -8,7 +8,7 @@ from pydantic import Field, model_validator
 
 from corl.proto import VOTE_READING_MODES, RewardModeName
 
-from .base import _Section
+from .base import Fraction, _Section
 
 
 class JudgeConfig(_Section):
@@ -64,23 +64,17 @@ class GuardConfig(_Section):
     warmup_rounds: int = Field(default=3, ge=1, description="Rounds whose mean is a member's start.")
     window: int = Field(default=4, ge=1, description="Rounds each signal is averaged over before it is compared.")
     patience: int = Field(default=2, ge=1, description="Consecutive rounds past a bound before the guard trips.")
-    distinct_fraction: float | None = Field(
+    distinct_fraction: Fraction | None = Field(
         default=None,
-        gt=0.0,
-        le=1.0,
         description="Trips below this fraction of the start's distinct-answer rate (None: not read; a member "
         "that learns the right answer also gives fewer distinct answers).",
     )
-    echo_rise: float = Field(
+    echo_rise: Fraction = Field(
         default=0.2,
-        gt=0.0,
-        le=1.0,
         description="Trips when the share of answers copied from the prompt is this much above the start's.",
     )
-    formatted_drop: float = Field(
+    formatted_drop: Fraction = Field(
         default=0.3,
-        gt=0.0,
-        le=1.0,
         description="Trips when the share in the asked form is this much below the start's.",
     )
 

@@ -45,8 +45,7 @@ class RoundsConfig(_Section):
     )
     backpressure: Literal["wait", "skip"] = Field(
         default="wait",
-        description="wait: hold the next round until every trainer is below max_pending_batches; "
-        "skip: produce it without the members that are full.",
+        description="wait: hold the next round until no trainer is full (max_pending_batches); skip: go without them.",
     )
     min_quorum: int = Field(default=2, ge=2, description="Members needed for a round to produce rewards.")
     request_timeout_s: float = Field(default=60.0, gt=0, description="Bound on one request to a member.")

@@ -6,6 +6,8 @@ from typing import Any
 
 from pydantic import Field, field_validator, model_validator
 
+from corl.proto.grade import Rubric
+
 from .base import _Section
 
 
@@ -24,10 +26,8 @@ class TaskConfig(_Section):
     limit: int | None = Field(default=None, ge=2, description="Use only this many problems (after shuffling).")
     size: int = Field(default=1000, ge=2, description="Problems a gym: generator makes.")
     options: dict[str, Any] = Field(default_factory=dict, description="A gym: generator's config fields.")
-    rubric: str | None = Field(
+    rubric: Rubric | None = Field(
         default=None,
-        min_length=1,
-        max_length=4000,
         description="chat task: what peer_judge's judges check a response against (the judge text's rubric); "
         "None: the task's default rubric.",
     )

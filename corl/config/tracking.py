@@ -69,8 +69,7 @@ class TrackingConfig(_Section):
     queue_size: int = Field(
         default=10_000,
         ge=1,
-        description="Records a process holds for one tracker while it is slow or down; past it they are dropped "
-        "(and counted).",
+        description="Records held for a tracker while it is slow or down; past it they are dropped (and counted).",
     )
     close_timeout_s: float = Field(
         default=10.0, gt=0, description="How long a stopping process waits for each tracker to flush."

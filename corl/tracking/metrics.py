@@ -19,7 +19,7 @@ class TrackingMetrics:
         )
         self.dropped = m.counter(
             "records_dropped",
-            "Records a tracker never got: its queue was full, its call failed, or it was still failing at exit.",
+            "Records a tracker never got (queue full, call failed, or still failing at exit).",
             "tracker",
         )
         for name in trackers:  # every series shows 0 before its first event

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 
 @dataclass(frozen=True)
 class Record:
+    """One section's values at one point of its x axis (``step`` counts ``axis``: steps, rounds, versions)."""
+
     section: str
     axis: str
     step: int

@@ -75,32 +75,24 @@ async def grade(body: GradeRequest, serving: Serving) -> Response:
     return _json(await serving.grade(body))
 
 
-@router.post(
-    "/v1/weights",
-    response_model=WeightUpdateResponse,
-    responses=error_responses(401, 403, 409, 413, 422, 503),
-    dependencies=[Depends(require_admin)],
-)
+def _admin_post(path: str, answer: type[BaseModel], *errors: int) -> Callable[[DecoratedCallable], DecoratedCallable]:
+    """A POST route of the weights' admin calls: the admin token required (401, 403 besides ``errors``)."""
+    return router.post(
+        path, response_model=answer, responses=error_responses(401, 403, *errors), dependencies=[Depends(require_admin)]
+    )
+
+
+@_admin_post("/v1/weights", WeightUpdateResponse, 409, 413, 422, 503)
 async def update_weights(body: WeightUpdateRequest, serving: Serving) -> WeightUpdateResponse:
     return await serving.update_weights(body)
 
 
-@router.post(
-    "/v1/weights/transfer",
-    response_model=WeightTransferResponse,
-    responses=error_responses(401, 403, 404, 409, 413, 422, 503),
-    dependencies=[Depends(require_admin)],
-)
+@_admin_post("/v1/weights/transfer", WeightTransferResponse, 404, 409, 413, 422, 503)
 async def join_weight_group(body: WeightTransferRequest, transfer: Transfer) -> WeightTransferResponse:
     return await transfer.join(body)
 
 
-@router.post(
-    "/v1/weights/broadcast",
-    response_model=WeightUpdateResponse,
-    responses=error_responses(401, 403, 409, 413, 422, 503),
-    dependencies=[Depends(require_admin)],
-)
+@_admin_post("/v1/weights/broadcast", WeightUpdateResponse, 409, 413, 422, 503)
 async def receive_weights(body: WeightBroadcastRequest, transfer: Transfer) -> WeightUpdateResponse:
     return await transfer.receive(body)
 

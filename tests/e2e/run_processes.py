@@ -13,6 +13,7 @@ import redis
 import yaml
 
 from corl.embedded.processes import corl_command
+from corl.health import running, wait_healthy
 
 
 def corl(*args: str, cwd: Path, timeout: float) -> subprocess.CompletedProcess[str]:
@@ -81,3 +82,8 @@ def run_state(run_dir: Path, key: str, field: str) -> int:
 def published_versions(log: Path, member: str) -> list[int]:
     """Versions the member's trainer published, in order, over every start (the log is appended)."""
     return [int(v) for v in re.findall(rf"published {member} version (\d+)", log.read_text())]
+
+
+def wait_ready(url: str, proc: subprocess.Popen[str], timeout_s: float = 300.0) -> None:
+    """``url``'s ``/readyz`` answers 200; fails at once, with ``proc``'s output, if ``proc`` exits."""
+    wait_healthy(f"{url}/readyz", timeout_s, alive=running(proc, lambda: proc.stdout.read() if proc.stdout else ""))

@@ -23,7 +23,7 @@ from typing import Any
 import httpx
 import pytest
 import yaml
-from run_processes import leftovers
+from run_processes import leftovers, wait_ready
 
 from corl.config import load_config
 from corl.embedded.processes import corl_command
@@ -49,19 +49,6 @@ def harvest_config(cohort: Path, path: Path, ops_port: int, gateway_port: int) -
     cfg["gateway"]["url"] = f"http://127.0.0.1:{gateway_port}"
     path.write_text(yaml.safe_dump(cfg))
     return path
-
-
-def wait_ready(url: str, proc: subprocess.Popen[str], timeout_s: float = 300.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
-        try:
-            if httpx.get(f"{url}/readyz", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        assert time.monotonic() < deadline, f"{url} not ready in {timeout_s:.0f}s"
-        time.sleep(0.5)
 
 
 def admissible_ids(sent: list[dict[str, Any]], cfg_path: Path) -> tuple[set[str], int]:

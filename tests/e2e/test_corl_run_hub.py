@@ -1,7 +1,8 @@
 """``corl run --config`` with hub-id members, offline: the members come from a Hugging Face cache this
 test builds (``HF_HOME``, ``HF_HUB_OFFLINE=1``; tiny-cohort members saved by transformers in the
-snapshot layout, untrained: the random control gives them something to learn), the run trains 2 rounds on the pinned snapshots, the run directory records the
-commits, and a resume after the branch moved on keeps training the same snapshots."""
+snapshot layout, untrained: the random control gives them something to learn), the run trains 2
+rounds on the pinned snapshots, the run directory records the commits, and a resume after the branch
+moved on keeps training the same snapshots."""
 
 from __future__ import annotations
 

@@ -14,9 +14,9 @@ import sys
 import time
 from pathlib import Path
 
-import httpx
 import pytest
 import yaml
+from run_processes import wait_ready
 
 from corl.embedded.processes import corl_command
 from corl.redis_server import free_port
@@ -64,16 +64,7 @@ def test_chat_peer_judge_on_the_trio_through_the_gateway(trio_cohort: Path, tmp_
     )
     gateway = f"http://127.0.0.1:{gateway_port}"
     try:
-        deadline = time.monotonic() + 900
-        while True:
-            assert run.poll() is None, run.stdout.read() if run.stdout else ""
-            try:
-                if httpx.get(f"{gateway}/readyz", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, "the gateway never came up"
-            time.sleep(1)
+        wait_ready(gateway, run, 900)
         app = subprocess.run(
             [sys.executable, str(ROOT / "examples" / "harvest_agents.py"), "--base-url", f"{gateway}/v1"]
             + ["--seconds", "30", "--support-model", "smollm2", "--ops-model", "qwen25"],

@@ -18,6 +18,7 @@ from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_f
 
 from corl import redis_keys as keys
 from corl.embedded.processes import corl_command, terminate
+from corl.health import running, wait_healthy
 from corl.proto import DashboardView, GradedBatch, OpenRLHFRewardResponse, RunStats
 from corl.redis_server import free_port
 
@@ -32,16 +33,7 @@ ENV = {
 
 
 def wait_ready(url: str, proc: subprocess.Popen[bytes], timeout_s: float = 180) -> None:
-    for attempt in Retrying(
-        stop=stop_after_delay(timeout_s),
-        wait=wait_fixed(0.2),
-        reraise=True,
-        retry=retry_if_exception_type((httpx.TransportError, AssertionError)),
-    ):
-        with attempt:
-            if proc.poll() is not None:
-                raise RuntimeError(f"process exited with {proc.returncode}")
-            assert httpx.get(f"{url}/readyz", timeout=5).status_code == 200
+    wait_healthy(f"{url}/readyz", timeout_s, alive=running(proc), interval_s=0.2)
 
 
 def start(args: list[str], log: Path) -> subprocess.Popen[bytes]:

@@ -15,12 +15,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 import redis
 from test_trainer_helpers import make_batches, make_config, xadd
 
 from corl.config import CohortConfig, TrackingConfig, parse_config
+from corl.health import running, wait_healthy
 from corl.redis_server import free_port
 from corl.services.aggregator import AggregatorSettings, create_app
 from corl.services.aggregator.testing import FakeCohort
@@ -165,16 +165,7 @@ def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         stderr=subprocess.STDOUT,
     )
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
-    while True:
-        assert proc.poll() is None, (root / "server.log").read_text()[-3000:]
-        try:
-            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                break
-        except httpx.HTTPError:
-            pass
-        assert time.monotonic() < deadline, "mlflow server did not start"
-        time.sleep(0.5)
+    wait_healthy(f"{url}/health", 120, alive=running(proc, lambda: (root / "server.log").read_text()[-3000:]))
     # MLflow sets itself up on its first call, not safely from several threads at once (seen here: a
     # KeyError on its telemetry session variable). A corl process has one MLflow thread; this test process
     # plays several processes, so it makes that first call before their threads start.

@@ -5,7 +5,6 @@ time; bytes changed on the way are named after the load (the backend then restor
 
 from __future__ import annotations
 
-import threading
 import uuid
 from datetime import timedelta
 from types import SimpleNamespace
@@ -14,6 +13,7 @@ from typing import Any
 import pytest
 import torch
 import torch.distributed as dist
+from ranks import run_ranks
 
 from corl.services.model.backends.vllm_engine import EngineOptions, engine_kwargs
 from corl.services.model.backends.vllm_transfer import WORKER_EXTENSION, TransferWorker
@@ -32,23 +32,6 @@ class _Worker(TransferWorker):
     def __init__(self, rank: int) -> None:
         self.device, self.rank = torch.device("cpu"), rank
         self.model_runner = SimpleNamespace(model=_Model())
-
-
-def _run(*jobs: Any) -> list[Any]:
-    out: list[Any] = [None] * len(jobs)
-
-    def one(i: int) -> None:
-        try:
-            out[i] = jobs[i]()
-        except Exception as err:  # noqa: BLE001 - the test reads what each rank raised
-            out[i] = err
-
-    threads = [threading.Thread(target=one, args=(i,)) for i in range(len(jobs))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
-    return out
 
 
 def test_the_engine_names_the_extension_on_gpus_only() -> None:
@@ -71,7 +54,7 @@ def test_every_worker_loads_every_tensor_as_it_lands(corrupt: bool) -> None:
     }
     workers = [_Worker(0), _Worker(1)]  # one replica, tensor parallel 2
     trainer_spec = GroupSpec(gid, "127.0.0.1", store.port, 0, 3, "gloo", 20.0)
-    ranks = _run(
+    ranks = run_ranks(
         lambda: TransferGroup.join(trainer_spec, store), *(lambda w=w: w.corl_join_group(spec) for w in workers)
     )
     trainer = ranks[0]
@@ -89,7 +72,7 @@ def test_every_worker_loads_every_tensor_as_it_lands(corrupt: bool) -> None:
             return original(t)
 
         trainer._broadcast = flip
-    results = _run(lambda: trainer.send(7, sent), *(lambda w=w: w.corl_receive(7, manifest) for w in workers))
+    results = run_ranks(lambda: trainer.send(7, sent), *(lambda w=w: w.corl_receive(7, manifest) for w in workers))
     for w, result in zip(workers, results[1:], strict=True):
         loaded = w.model_runner.model.loaded
         assert [n for n, _ in loaded] == list(tensors)  # loaded one by one, in manifest order

@@ -5,10 +5,9 @@ or at the timeout, never later."""
 
 from __future__ import annotations
 
-import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import timedelta
 from functools import partial
 from typing import Any
@@ -16,6 +15,7 @@ from typing import Any
 import pytest
 import torch
 import torch.distributed as dist
+from ranks import run_ranks
 
 from corl.transfer import FingerprintMismatch, GroupSpec, TransferError, TransferGroup, TransferRefused
 from corl.transfer import group as group_module
@@ -43,26 +43,8 @@ def _groups(store: dist.TCPStore, world: int, timeout_s: float = 10.0) -> list[T
     specs = [GroupSpec(gid, "127.0.0.1", store.port, r, world, "gloo", timeout_s) for r in range(world)]
     # One store client per rank, as each process has its own (a shared client would serialise the waits).
     clients = [dist.TCPStore("127.0.0.1", store.port, None, False, timedelta(seconds=10)) for _ in specs]
-    out = _run(*(partial(TransferGroup.join, spec, client) for spec, client in zip(specs, clients, strict=True)))
+    out = run_ranks(*(partial(TransferGroup.join, spec, client) for spec, client in zip(specs, clients, strict=True)))
     assert all(isinstance(g, TransferGroup) for g in out), f"not every rank joined: {out}"
-    return out
-
-
-def _run(*jobs: Callable[[], Any]) -> list[Any]:
-    """Run the ranks' calls at once; each result is its return value or the exception it raised."""
-    out: list[Any] = [None] * len(jobs)
-
-    def one(i: int) -> None:
-        try:
-            out[i] = jobs[i]()
-        except Exception as err:  # noqa: BLE001 - the test inspects what each rank raised
-            out[i] = err
-
-    threads = [threading.Thread(target=one, args=(i,)) for i in range(len(jobs))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
     return out
 
 
@@ -76,7 +58,7 @@ def test_every_receiver_gets_the_version_byte_for_byte(store: dist.TCPStore) -> 
     for version, seed in ((1, 0), (2, 1)):  # the group carries version after version
         sent = _tensors(seed)
         got = [[torch.full_like(t, 7) for t in sent] for _ in range(2)]
-        results = _run(
+        results = run_ranks(
             partial(trainer.send, version, sent),
             partial(a.receive, version, NAMES, got[0]),
             partial(b.receive, version, NAMES, got[1]),
@@ -91,11 +73,11 @@ def test_every_receiver_gets_the_version_byte_for_byte(store: dist.TCPStore) -> 
 def test_a_refusal_moves_no_byte_and_keeps_the_group(store: dist.TCPStore) -> None:
     trainer, a, b = _groups(store, 3)
     sent, dests = _tensors(0), [torch.zeros_like(t) for t in _tensors(0)]
-    results = _run(lambda: trainer.send(5, sent), lambda: a.receive(5, NAMES, dests), lambda: b.refuse(5))
+    results = run_ranks(lambda: trainer.send(5, sent), lambda: a.receive(5, NAMES, dests), lambda: b.refuse(5))
     assert all(isinstance(r, TransferRefused) and r.ranks == [2] for r in results)
     assert all(not d.any() for d in dests if d.numel()), "a refused version moved bytes"
     other = [torch.zeros_like(t) for t in sent]
-    results = _run(
+    results = run_ranks(
         partial(trainer.send, 6, sent), partial(a.receive, 6, NAMES, dests), partial(b.receive, 6, NAMES, other)
     )
     assert results[1:] == [None, None] and torch.equal(other[2], sent[2])
@@ -118,7 +100,7 @@ def test_changed_bytes_are_named(store: dist.TCPStore) -> None:
     trainer, a = _groups(store, 2)
     trainer.__class__ = _Corrupting
     sent, dests = _tensors(0), [torch.zeros_like(t) for t in _tensors(0)]
-    results = _run(lambda: trainer.send(1, sent), lambda: a.receive(1, NAMES, dests))
+    results = run_ranks(lambda: trainer.send(1, sent), lambda: a.receive(1, NAMES, dests))
     assert isinstance(results[1], FingerprintMismatch) and results[1].names == ["big"]
     assert not trainer.broken and not a.broken  # every collective completed: the group is still usable
 
@@ -128,7 +110,7 @@ def test_a_rank_that_leaves_fails_the_others_fast(store: dist.TCPStore) -> None:
     sent = _tensors(0)
     b.close()  # a replica that is gone: its connections close
     t0 = time.monotonic()
-    results = _run(lambda: trainer.send(1, sent), lambda: a.receive(1, NAMES, [torch.zeros_like(t) for t in sent]))
+    results = run_ranks(lambda: trainer.send(1, sent), lambda: a.receive(1, NAMES, [torch.zeros_like(t) for t in sent]))
     assert isinstance(results[0], TransferError) and trainer.broken
     trainer.close()  # what the trainer does on a failure: the survivors' collectives end too
     assert time.monotonic() - t0 < 10, "a lost peer was waited for until the timeout"

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from click.testing import Result
 from typer.testing import CliRunner
 
 from corl.cli import app
@@ -47,11 +48,7 @@ def test_openai_jsonl_import_redacts_bounds_and_dedupes(tmp_path: Path) -> None:
         )
     )
     out = tmp_path / "conversations.jsonl"
-    res = CliRunner().invoke(
-        app,
-        ["data", "import", str(log), "--format", "openai-jsonl", "--config", str(cohort_config(tmp_path))]
-        + ["--out", str(out)],
-    )
+    res = _import(tmp_path, log, "openai-jsonl", out)
     assert res.exit_code == 0, res.output
     text = out.read_text()
     assert SECRET not in text and SECRET not in res.output
@@ -63,6 +60,13 @@ def test_openai_jsonl_import_redacts_bounds_and_dedupes(tmp_path: Path) -> None:
     # The chat task reads the file as its source: conversations with their system text.
     splits = load_splits(TaskConfig(name="chat", source=str(out), eval_size=0), 0)
     assert sorted(Conversation.decode(e.prompt).last_user for e in splits.rl) == sorted(c.last_user for c in convs)
+
+
+def _import(tmp_path: Path, log: Path, fmt: str, out: Path) -> Result:
+    """``corl data import LOG --format FMT --out OUT`` with a cohort config of the test's own."""
+    return CliRunner().invoke(
+        app, ["data", "import", str(log), "--format", fmt, "--config", str(cohort_config(tmp_path)), "--out", str(out)]
+    )
 
 
 def _rows(output: str) -> list[str]:
@@ -81,11 +85,7 @@ def test_otel_genai_import(tmp_path: Path) -> None:
     log = tmp_path / "spans.json"
     log.write_text(json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": [span]}]}]}))
     out = tmp_path / "c.jsonl"
-    res = CliRunner().invoke(
-        app,
-        ["data", "import", str(log), "--format", "otel-genai", "--config", str(cohort_config(tmp_path))]
-        + ["--out", str(out)],
-    )
+    res = _import(tmp_path, log, "otel-genai", out)
     assert res.exit_code == 0, res.output
     [conv] = [Conversation.model_validate_json(line) for line in out.read_text().splitlines()]
     assert conv.last_user == "token [REDACTED] please"

@@ -41,20 +41,6 @@ from corl.transfer import (
 )
 
 from . import adapters, base, weights
-from .base import (
-    GenerateOutput,
-    GroupUnsupportedError,
-    JudgeOutput,
-    Manifest,
-    SamplingParams,
-    StaleVersionError,
-    Streamed,
-    StreamStep,
-    TokenDelta,
-    WeightFormat,
-    WeightGroupError,
-    WeightLoadError,
-)
 from .relay import Relay
 from .slots import Slot
 
@@ -154,11 +140,11 @@ class TransformersBackend(base.Backend):
             self._cond.notify_all()
 
     # --- inference ----------------------------------------------------------------------------
-    async def generate(self, prompts: Sequence[str], params: SamplingParams) -> GenerateOutput:
+    async def generate(self, prompts: Sequence[str], params: base.SamplingParams) -> base.GenerateOutput:
         return await asyncio.get_running_loop().run_in_executor(self._infer, self._generate_sync, list(prompts), params)
 
-    async def stream(self, prompts: Sequence[str], params: SamplingParams) -> Streamed:
-        relay: Relay[StreamStep] = Relay()
+    async def stream(self, prompts: Sequence[str], params: base.SamplingParams) -> base.Streamed:
+        relay: Relay[base.StreamStep] = Relay()
         job = asyncio.get_running_loop().run_in_executor(
             self._infer, self._generate_sync, list(prompts), params, relay.push
         )
@@ -166,8 +152,8 @@ class TransformersBackend(base.Backend):
             yield item
 
     def _generate_sync(
-        self, prompts: list[str], params: SamplingParams, on_step: Callable[[StreamStep], None] | None = None
-    ) -> GenerateOutput:
+        self, prompts: list[str], params: base.SamplingParams, on_step: Callable[[base.StreamStep], None] | None = None
+    ) -> base.GenerateOutput:
         # Greedy samples are identical: decode once, repeat (HF refuses greedy num_return_sequences > 1).
         greedy = params.temperature == 0
         copies = params.n if greedy else 1
@@ -175,8 +161,8 @@ class TransformersBackend(base.Backend):
 
         def step(sampled: list[tuple[int, int, float]]) -> None:
             assert on_step is not None
-            deltas = [TokenDelta(r * copies + k, [t], [lp]) for r, t, lp in sampled for k in range(copies)]
-            on_step(StreamStep(slot.version, deltas))
+            deltas = [base.TokenDelta(r * copies + k, [t], [lp]) for r, t, lp in sampled for k in range(copies)]
+            on_step(base.StreamStep(slot.version, deltas))
 
         try:
             results = sample(
@@ -203,9 +189,9 @@ class TransformersBackend(base.Backend):
             )
             for r in results
         ]
-        return GenerateOutput(slot.version, outputs)
+        return base.GenerateOutput(slot.version, outputs)
 
-    async def judge(self, texts: Sequence[str], correct_token: str, incorrect_token: str) -> JudgeOutput:
+    async def judge(self, texts: Sequence[str], correct_token: str, incorrect_token: str) -> base.JudgeOutput:
         ids = [self._single_token(t) for t in (correct_token, incorrect_token)]
         return await asyncio.get_running_loop().run_in_executor(self._infer, self._judge_sync, list(texts), ids)
 
@@ -213,7 +199,7 @@ class TransformersBackend(base.Backend):
         return base.single_token_id(self.tokenizer, text, self.name)
 
     @torch.inference_mode()
-    def _judge_sync(self, texts: list[str], ids: list[int]) -> JudgeOutput:
+    def _judge_sync(self, texts: list[str], ids: list[int]) -> base.JudgeOutput:
         slot = self._lease()
         try:
             enc = self.tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(self._device)
@@ -227,17 +213,17 @@ class TransformersBackend(base.Backend):
             self._release(slot)
         # P(c) / (P(c) + P(i)) = sigmoid(logit_c - logit_i): the softmax normaliser cancels.
         scores = torch.sigmoid(logits[:, ids[0]] - logits[:, ids[1]]).tolist()
-        return JudgeOutput(slot.version, scores)
+        return base.JudgeOutput(slot.version, scores)
 
     # --- weights ---------------------------------------------------------------------------
-    async def load_weights(self, version: int, path: str, fmt: WeightFormat, sha256: str) -> float:
+    async def load_weights(self, version: int, path: str, fmt: base.WeightFormat, sha256: str) -> float:
         async with self._swap_lock:
             weights.check_newer(version, self.weight_version)
             return await asyncio.get_running_loop().run_in_executor(
                 self._swap, self._load_sync, version, path, fmt, sha256
             )
 
-    def _load_sync(self, version: int, path: str, fmt: WeightFormat, sha256: str) -> float:
+    def _load_sync(self, version: int, path: str, fmt: base.WeightFormat, sha256: str) -> float:
         t0 = time.perf_counter()
         assert self._spare is not None and self._active is not None
         with self._cond:  # the spare was serving before the last swap: let its batches finish
@@ -287,7 +273,7 @@ class TransformersBackend(base.Backend):
                     self._initial[name] = st.get_tensor(key).to(like[name].device, like[name].dtype).clone()
         lost = sorted(names - self._initial.keys())
         if lost:
-            raise WeightLoadError(f"not in the model directory's weights: {lost}")
+            raise base.WeightLoadError(f"not in the model directory's weights: {lost}")
         return {n: self._initial[n] for n in names}
 
     # --- the weight group (the in-memory path) ---------------------------------------------------
@@ -303,7 +289,7 @@ class TransformersBackend(base.Backend):
 
     async def join_weight_group(self, spec: GroupSpec) -> list[int]:
         if (spec.backend == "nccl") != self._device.startswith("cuda"):
-            raise GroupUnsupportedError(f"a server on {self._device} cannot join a {spec.backend} group")
+            raise base.GroupUnsupportedError(f"a server on {self._device} cannot join a {spec.backend} group")
         await self.leave_weight_group()
 
         def join() -> TransferGroup:
@@ -312,7 +298,7 @@ class TransformersBackend(base.Backend):
         try:
             self._group = await asyncio.to_thread(join)
         except (TransferError, RuntimeError, ValueError, OSError) as err:  # gloo and the store say RuntimeError
-            raise WeightGroupError(f"could not join weight group {spec.group_id}: {err}") from None
+            raise base.WeightGroupError(f"could not join weight group {spec.group_id}: {err}") from None
         return [spec.rank]
 
     async def leave_weight_group(self) -> None:
@@ -320,15 +306,15 @@ class TransformersBackend(base.Backend):
         if group is not None:
             await asyncio.to_thread(group.close)
 
-    async def receive_weights(self, version: int, manifest: Manifest, uri: str | None) -> float:
+    async def receive_weights(self, version: int, manifest: base.Manifest, uri: str | None) -> float:
         group = self._group
         if group is None:
-            raise WeightGroupError("this server is in no weight group")
+            raise base.WeightGroupError("this server is in no weight group")
         async with self._swap_lock:
             try:
                 weights.check_newer(version, self.weight_version)
                 weights.check_manifest(manifest, self._reference, self._dtypes, self._aliases)
-            except (StaleVersionError, WeightLoadError):
+            except (base.StaleVersionError, base.WeightLoadError):
                 await asyncio.to_thread(self._refuse, group, version)
                 raise
             return await asyncio.get_running_loop().run_in_executor(
@@ -350,7 +336,7 @@ class TransformersBackend(base.Backend):
             self._group = None
 
     @torch.no_grad()
-    def _receive_sync(self, group: TransferGroup, version: int, manifest: Manifest) -> float:
+    def _receive_sync(self, group: TransferGroup, version: int, manifest: base.Manifest) -> float:
         t0 = time.perf_counter()
         assert self._active is not None
         with self._cond:  # the spare was serving before the last swap: let its batches finish
@@ -359,7 +345,7 @@ class TransformersBackend(base.Backend):
         assert spare is not None
         try:
             spare.receive(group, version, manifest)
-        except WeightGroupError:
+        except base.WeightGroupError:
             self._drop(group)
             raise
         with self._cond:

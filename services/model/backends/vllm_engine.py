@@ -45,8 +45,7 @@ class EngineOptions(BaseModel):
     tensor_parallel_size: int = Field(
         default=1,
         ge=1,
-        description="GPUs the engine shards the model over (one worker process each, vLLM's multiprocessing "
-        "executor on one node); a weight swap reloads every shard.",
+        description="GPUs the model is sharded over (a vLLM worker process each, on one node).",
     )
     cpu_kv_cache_gib: int = Field(default=1, ge=1, description="VLLM_CPU_KVCACHE_SPACE (CPU only).")
     seed: int = 0

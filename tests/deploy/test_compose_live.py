@@ -165,7 +165,7 @@ def test_prometheus_scrapes_every_corl_target(stack: LiveStack) -> None:
         targets = httpx.get(f"http://127.0.0.1:{port}/api/v1/targets", timeout=10).json()["data"]["activeTargets"]
         corl = {t["labels"]["instance"]: t["health"] for t in targets if t["labels"]["job"].startswith("corl-")}
         expected = {f"model-{m}:8000" for m in MEMBERS} | {f"trainer-{m}:9100" for m in TRAINED}
-        expected |= {"aggregator:8100", "evaluator:8200"}
+        expected |= {"aggregator:8100", "evaluator:8200", "gateway:8400"}
         if set(corl) != expected or any(h != "up" for h in corl.values()):
             raise AssertionError(corl)
         return True

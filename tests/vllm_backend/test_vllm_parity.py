@@ -99,7 +99,7 @@ async def test_same_greedy_tokens_after_lora_swap(
     for b in backends:
         await b.load_weights(1, str(tmp_path / "adapter"), "lora", sha)
     vllm, _ = backends
-    assert vllm._serving.lora is not None and vllm._serving.lora.lora_name == "m-v1"  # type: ignore[attr-defined]
+    assert vllm._gate.serving.lora is not None and vllm._gate.serving.lora.lora_name == "m-v1"  # type: ignore[attr-defined]
     after = await _assert_same_greedy(*backends)
     assert after != before
 

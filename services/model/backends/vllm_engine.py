@@ -45,7 +45,7 @@ class EngineOptions(BaseModel):
     tensor_parallel_size: int = Field(
         default=1,
         ge=1,
-        description="GPUs the model is sharded over (a vLLM worker process each, on one node).",
+        description="GPUs the model is sharded over (a vLLM worker each, one node); a swap reloads every shard.",
     )
     cpu_kv_cache_gib: int = Field(default=1, ge=1, description="VLLM_CPU_KVCACHE_SPACE (CPU only).")
     seed: int = 0

@@ -26,6 +26,7 @@ and after is recorded with them.
 The in-memory path (``weight_broadcast.py`` says what each figure is):
 
     python bench/weight_sync.py [MODEL_DIR ...] --broadcast [--replicas 1 --replicas 2]
+    python bench/weight_sync.py MODEL_DIR ... --broadcast-only [--replicas 1 --replicas 2]
     python bench/weight_sync.py --broadcast-check [MODEL_DIR]
 
 ``--broadcast`` adds, per model and replica count, the broadcast against the file path with real
@@ -307,6 +308,10 @@ def _machine(args: argparse.Namespace, load_before: tuple[float, float, float]) 
     }
 
 
+def _write_broadcast(args: argparse.Namespace, load_before: tuple[float, float, float], rows: list[dict]) -> None:
+    args.broadcast_out.write_text(json.dumps({"machine": _machine(args, load_before), "rows": rows}, indent=2) + "\n")
+
+
 def broadcast_check(args: argparse.Namespace) -> None:
     """The acceptance case: one model (the trio's 0.5B unless given) with two replicas; one RESULT line."""
     path = args.models[0] if args.models else Path(__file__).resolve().parents[1] / "cohort" / "trio" / "qwen25"
@@ -314,7 +319,7 @@ def broadcast_check(args: argparse.Namespace) -> None:
         raise SystemExit(f"no model at {path}: build it (corl cohort init --preset trio --out cohort/trio) or name one")
     load_before = os.getloadavg()
     [row] = broadcast_rows([(path.name, path)], [2], args.repeats, args.work)
-    args.broadcast_out.write_text(json.dumps({"machine": _machine(args, load_before), "rows": [row]}, indent=2) + "\n")
+    _write_broadcast(args, load_before, [row])
     fields = {
         "visible_over_floor": row["visible_over_floor"],
         "stall_over_floor": row["stall_over_floor"],
@@ -353,9 +358,18 @@ def main() -> None:
         help="only the acceptance case: one model (default cohort/trio/qwen25), two replicas, a RESULT line",
     )
     ap.add_argument("--broadcast-out", type=Path, default=Path(__file__).with_name("weight_broadcast.json"))
+    ap.add_argument(
+        "--broadcast-only", action="store_true", help="only the --broadcast table for the given models (no file series)"
+    )
     args = ap.parse_args()
     if args.broadcast_check:
         broadcast_check(args)
+        return
+    if args.broadcast_only:
+        load_before = os.getloadavg()
+        wide = broadcast_rows(_models(args), args.replicas or [1, 2], args.repeats, args.work)
+        _write_broadcast(args, load_before, wide)
+        _broadcast_table(wide)
         return
     import torch
     from transformers.utils import logging as hf_logging
@@ -382,9 +396,7 @@ def main() -> None:
     fits, load_after = fit(rows), os.getloadavg()
     if args.broadcast:
         wide = broadcast_rows(models, args.replicas or [1, 2], args.repeats, args.work)
-        args.broadcast_out.write_text(
-            json.dumps({"machine": _machine(args, load_before), "rows": wide}, indent=2) + "\n"
-        )
+        _write_broadcast(args, load_before, wide)
         _broadcast_table(wide)
     result = {
         "machine": {

@@ -17,6 +17,7 @@ import argparse
 import json
 import os
 import random
+import signal
 import threading
 import time
 from pathlib import Path
@@ -41,9 +42,13 @@ def conversation(rng: random.Random) -> list[dict[str, str]]:
     return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": question}]
 
 
+# SIGTERM or Ctrl-C: each agent ends after its current request, and the summary is printed.
+stop = threading.Event()
+
+
 def agent(name: str, model: str, client: openai.OpenAI, until: float, seed: int, log: list[dict[str, Any]]) -> None:
     rng = random.Random(seed)
-    while time.monotonic() < until:
+    while time.monotonic() < until and not stop.is_set():
         record: dict[str, Any] = {"agent": name, "model": model, "at": time.time()}
         try:
             if rng.random() < 0.1:
@@ -67,14 +72,14 @@ def agent(name: str, model: str, client: openai.OpenAI, until: float, seed: int,
         except openai.OpenAIError as err:
             record |= {"ok": False, "error": f"{type(err).__name__}: {err}"}
         log.append(record)
-        time.sleep(rng.uniform(0.05, 0.3))
+        stop.wait(rng.uniform(0.05, 0.3))
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--base-url", default="http://127.0.0.1:8400/v1", help="The gateway's OpenAI base URL.")
     ap.add_argument("--api-key", default=os.environ.get("CORL_COHORT_TOKEN", ""), help="The cohort token.")
-    ap.add_argument("--seconds", type=float, default=60.0, help="How long the agents talk.")
+    ap.add_argument("--seconds", type=float, default=60.0, help="How long the agents talk (SIGTERM ends it sooner).")
     ap.add_argument("--support-model", default="gpt2", help="The member the support agent talks to.")
     ap.add_argument("--ops-model", default="ops", help="The outside endpoint member the ops agent talks to.")
     ap.add_argument("--out", type=Path, default=None, help="Write every request and its outcome here (JSON lines).")
@@ -83,6 +88,8 @@ def main() -> None:
     # No retries: a failed request must show as one.
     client = openai.OpenAI(base_url=args.base_url, api_key=args.api_key, max_retries=0, timeout=120)
     until = time.monotonic() + args.seconds
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
     log: list[dict[str, Any]] = []
     threads = [
         threading.Thread(target=agent, args=("support", args.support_model, client, until, 1, log)),

@@ -1,12 +1,13 @@
 """Harvesting off the request path: a bounded queue and the workers that write the run's prompt pool.
 
 On the request path only ``offer`` runs: the policy's opt-in and sampling (``corl.harvest.policy``)
-and a ``put_nowait``. A full queue drops the prompt there and then (counted), never the request. The
-workers take what is queued (up to ``harvest_batch`` at once), read each conversation out of its body,
-apply the size bound, redact it (a hook, the operator's code, in a worker thread) and write the batch in
-one pipelined round trip: per conversation one Lua call that de-duplicates, appends to the
-pool stream (trimmed to ``max_prompts`` and to its retention: exact bounds, each write removes at most
-the few entries past them) and counts, all at once. A write that fails or passes ``redis_timeout_s``
+and a ``put_nowait``. A full queue drops the prompt there and then (counted), never the request. A
+worker waits ``harvest_linger_ms`` after the first queued prompt (requests close behind it are answered
+before the write takes the event loop), takes what is queued (up to ``harvest_batch``), reads each
+conversation out of its body, applies the size bound, redacts it (a hook, the operator's code, in a
+worker thread) and writes the batch in one pipelined round trip: per conversation one Lua call that
+de-duplicates, appends to the pool stream (trimmed to ``max_prompts`` and to its retention: exact
+bounds, each write removes at most the few entries past them) and counts, all at once. A write that fails or passes ``redis_timeout_s``
 drops the prompt (``pool_down``); drop counts that could not be written are written with the next
 write that succeeds.
 """
@@ -102,10 +103,12 @@ class Harvester:
     async def _work(self) -> None:
         while True:
             batch = [await self.queue.get()]
-            while len(batch) < self.settings.harvest_batch and not self.queue.empty():
-                batch.append(self.queue.get_nowait())  # under load, one round trip writes many
-            self.metrics.queue_depth.set(self.queue.qsize())
             try:
+                # The requests right behind this one go first (the write's CPU is the event loop's too).
+                await asyncio.sleep(self.settings.harvest_linger_ms / 1000)
+                while len(batch) < self.settings.harvest_batch and not self.queue.empty():
+                    batch.append(self.queue.get_nowait())  # under load, one round trip writes many
+                self.metrics.queue_depth.set(self.queue.qsize())
                 await self.store(batch)
             except Exception:  # never fatal: these prompts are lost, the worker goes on
                 log.exception("harvest worker: %d prompts were lost", len(batch))

@@ -6,10 +6,12 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request, Response
+from fastapi.routing import APIRoute
+from starlette.types import Receive, Scope, Send
 
-from corl.proto.gateway import ForwardedHead, HarvestStats
+from corl.proto.gateway import ForwardedHead, HarvestRoute, HarvestStats
 from corl.proto.openai import ModelList
-from corl.services.http import error_responses, operational_routes, require_cohort
+from corl.services.http import cohort_bearer, error_responses, operational_routes, require_cohort
 from corl.services.service_app import started
 
 from .serving import GatewayServing
@@ -41,20 +43,41 @@ _REPLY = {
 }
 
 
-def _headers(request: Request) -> dict[str, str]:
-    return dict(request.headers)  # lower-case names
+class ForwardRoute(APIRoute):
+    """A forwarding route, served without FastAPI's request handling (dependency solving, body parsing,
+    response models): a proxy pays that on every agent call, ~0.6 ms of CPU a request on this project's
+    2-core machine, a fifth of the gateway's whole cost. The endpoint gets the request after the same token
+    check; its errors reach the app's handlers as any route's do; the OpenAPI entry is the route's."""
+
+    async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["method"] not in self.methods:
+            await super().handle(scope, receive, send)  # 405, as any route answers it
+            return
+        request = Request(scope, receive)
+        await require_cohort(request, await cohort_bearer(request))
+        response = await self.endpoint(request)
+        await response(scope, receive, send)
 
 
-@openai.post("/v1/chat/completions", response_class=Response, responses=_REPLY, openapi_extra=_BODY)
-async def chat_completions(request: Request, gateway: Gateway) -> Response:
+async def _forward(request: Request, route: HarvestRoute) -> Response:
+    gateway: GatewayServing = started(request, "the gateway")
+    headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in request.scope["headers"]}  # lower-case
+    return await gateway.forward(route, await request.body(), headers)
+
+
+forward = APIRouter(tags=["openai"], dependencies=[Depends(require_cohort)], route_class=ForwardRoute)
+
+
+@forward.post("/v1/chat/completions", response_class=Response, responses=_REPLY, openapi_extra=_BODY)
+async def chat_completions(request: Request) -> Response:
     """Forward a chat completion to the member its model names; harvest its conversation."""
-    return await gateway.forward("chat", await request.body(), _headers(request))
+    return await _forward(request, "chat")
 
 
-@openai.post("/v1/completions", response_class=Response, responses=_REPLY, openapi_extra=_BODY)
-async def completions(request: Request, gateway: Gateway) -> Response:
+@forward.post("/v1/completions", response_class=Response, responses=_REPLY, openapi_extra=_BODY)
+async def completions(request: Request) -> Response:
     """Forward a text completion to the member its model names; harvest its prompt."""
-    return await gateway.forward("completions", await request.body(), _headers(request))
+    return await _forward(request, "completions")
 
 
 @openai.get("/v1/models", response_model=ModelList, responses=error_responses(401, 503))
@@ -69,4 +92,5 @@ async def harvest_stats(gateway: Gateway) -> HarvestStats:
     return await gateway.harvest_stats()
 
 
+router.include_router(forward)
 router.include_router(openai)

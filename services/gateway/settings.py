@@ -49,4 +49,11 @@ class GatewaySettings(BaseSettings):
     harvest_batch: int = Field(
         default=64, ge=1, description="Queued prompts one pool writer takes at once (one Redis round trip)."
     )
+    harvest_linger_ms: float = Field(
+        default=20.0,
+        ge=0,
+        description="How long a pool writer waits after the first queued prompt before it writes, gathering those "
+        "behind it: requests that come close together are answered before the write takes the event loop, and "
+        "share one round trip (0: write at once).",
+    )
     autostart: bool = Field(default=True, description="Start the harvest workers and the canary with the app.")

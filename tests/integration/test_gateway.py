@@ -300,6 +300,28 @@ async def test_harvesting_waits_for_nothing(redis_url: str) -> None:
     assert len(pool(redis_url, cfg)) == 3
 
 
+@pytest.mark.parametrize(("linger_ms", "most_writes"), [(500.0, 2), (0.0, 8)])
+async def test_requests_close_together_are_answered_before_their_pool_write(
+    redis_url: str, linger_ms: float, most_writes: int
+) -> None:
+    """With a linger, the pool writers wait for the requests behind the first: 8 requests in a row share
+    at most one write per writer (2), made after the last answer; without one, the writes come between them."""
+    cfg, router = config(), fakes()
+    async with gateway(cfg, router, redis_url, harvest_linger_ms=linger_ms) as (serving, c):
+        writes = serving.metrics.registry.get_sample_value
+        for i in range(8):
+            assert (await c.post("/v1/chat/completions", content=chat_body("a", f"q{i}"))).status_code == 200
+            await asyncio.sleep(0.005)  # the loop is free between requests: a writer may run
+        during = writes("corl_gateway_pool_write_seconds_count") or 0.0
+        await serving.harvester.drain()
+        after = writes("corl_gateway_pool_write_seconds_count")
+    assert len(pool(redis_url, cfg)) == 8
+    if linger_ms:
+        assert during == 0 and after <= most_writes
+    else:
+        assert during > most_writes / 4  # writes went on between the requests
+
+
 def wait_pool(redis_url: str, cfg: CohortConfig, n: int, timeout_s: float = 10.0) -> list[HarvestedPrompt]:
     deadline = time.monotonic() + timeout_s
     while len(entries := pool(redis_url, cfg)) < n and time.monotonic() < deadline:

@@ -22,7 +22,7 @@ from corl.embedded.processes import corl_command
 from corl.redis_server import free_port
 
 # The three real members load, then sample, judge and train three rounds on 2 cores while the agents
-# talk: about 8 minutes here, past pytest's default 600 s limit.
+# talk: 5 minutes alone on the 2-core machine (295 s), more beside other work: past the default limit.
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -41,6 +41,10 @@ class _Streamed(httpx.AsyncByteStream):
             async for chunk in self.content:
                 yield chunk
 
+    async def aclose(self) -> None:  # the reader closed the reply: a generating stream stops
+        if not isinstance(self.content, bytes):
+            await self.content.aclose()  # type: ignore[attr-defined]
+
 
 @dataclass
 class Seen:
@@ -58,6 +62,7 @@ class FakeUpstream:
     status: int | None = None
     headers: dict[str, str] = field(default_factory=dict)
     gate: threading.Event | None = None
+    abandoned: int = 0  # streams closed by their reader before their end
     record: bool = True  # keep every request in ``seen`` (a benchmark does not)
     seen: list[Seen] = field(default_factory=list)
     weights: list[dict[str, Any]] = field(default_factory=list)  # POST /v1/weights bodies
@@ -98,6 +103,14 @@ class FakeUpstream:
         return 200, {"content-type": "text/event-stream", **version}, self._events(common, chat, text)
 
     async def _events(self, common: dict[str, Any], chat: bool, text: str) -> AsyncIterator[bytes]:
+        try:
+            async for event in self._pieces(common, chat, text):
+                yield event
+        except (GeneratorExit, asyncio.CancelledError):  # closed between pieces, or cancelled within one
+            self.abandoned += 1
+            raise
+
+    async def _pieces(self, common: dict[str, Any], chat: bool, text: str) -> AsyncIterator[bytes]:
         pause = self.delay_s / self.chunks
         words = [text[len(text) * i // self.chunks : len(text) * (i + 1) // self.chunks] for i in range(self.chunks)]
         for i, piece in enumerate(words):

@@ -358,6 +358,22 @@ async def test_streams_pass_through_as_they_arrive(redis_url: str) -> None:
     assert [e.conversation.last_user for e in entries] == ["stream me"]
 
 
+async def test_an_agent_that_leaves_mid_stream_closes_the_upstream(redis_url: str) -> None:
+    cfg, router = config(), fakes()
+    gate = threading.Event()  # never set: the upstream holds the stream after its first chunk
+    router.fakes["a1"].gate = router.fakes["a2"].gate = gate
+    with served_gateway(cfg, router, redis_url) as url:
+        async with httpx.AsyncClient(base_url=url, headers=AUTH, timeout=10) as c:
+            async with c.stream("POST", "/v1/chat/completions", content=chat_body("a", "bye", stream=True)) as resp:
+                await asyncio.wait_for(resp.aiter_raw().__anext__(), 5)
+            # the agent closed its connection before the end of the reply
+        deadline = time.monotonic() + 5
+        while router.fakes["a1"].abandoned + router.fakes["a2"].abandoned == 0 and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        gate.set()
+    assert router.fakes["a1"].abandoned + router.fakes["a2"].abandoned == 1
+
+
 def test_two_agents_with_the_openai_client(redis_url: str) -> None:
     """Two scripted agents on the official client: one talks to a corl member, one to an outside endpoint,
     both through the gateway, streamed and not."""

@@ -7,9 +7,9 @@ before the write takes the event loop), takes what is queued (up to ``harvest_ba
 conversation out of its body, applies the size bound, redacts it (a hook, the operator's code, in a
 worker thread) and writes the batch in one pipelined round trip: per conversation one Lua call that
 de-duplicates, appends to the pool stream (trimmed to ``max_prompts`` and to its retention: exact
-bounds, each write removes at most the few entries past them) and counts, all at once. A write that fails or passes ``redis_timeout_s``
-drops the prompt (``pool_down``); drop counts that could not be written are written with the next
-write that succeeds.
+bounds, each write removes at most the few entries past them) and counts, all at once. A write that
+fails or passes ``redis_timeout_s`` drops the prompt (``pool_down``); drop counts that could not be
+written are written with the next write that succeeds.
 """
 
 from __future__ import annotations

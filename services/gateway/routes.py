@@ -62,8 +62,7 @@ class ForwardRoute(APIRoute):
 
 async def _forward(request: Request, route: HarvestRoute) -> Response:
     gateway: GatewayServing = started(request, "the gateway")
-    headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in request.scope["headers"]}  # lower-case
-    return await gateway.forward(route, await request.body(), headers)
+    return await gateway.forward(route, await request.body(), dict(request.headers))  # lower-case names
 
 
 # The dependency is what OpenAPI shows; ForwardRoute.handle makes the same check itself.

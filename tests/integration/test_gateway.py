@@ -300,7 +300,7 @@ async def test_harvesting_waits_for_nothing(redis_url: str) -> None:
     assert len(pool(redis_url, cfg)) == 3
 
 
-@pytest.mark.parametrize(("linger_ms", "most_writes"), [(500.0, 2), (0.0, 8)])
+@pytest.mark.parametrize(("linger_ms", "most_writes"), [(2000.0, 2), (0.0, 8)])
 async def test_requests_close_together_are_answered_before_their_pool_write(
     redis_url: str, linger_ms: float, most_writes: int
 ) -> None:

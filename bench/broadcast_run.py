@@ -68,7 +68,8 @@ def main() -> None:
             "median_round_s": round(statistics.median(gaps), 2) if gaps else None,
             "members": {m: member_versions(run_dir, m) for m in trained},
         }
-        every = all(not s["missing"] for m in report["members"].values() for s in m["servers"].values())
+        members: dict[str, Any] = report["members"]  # type: ignore[assignment]
+        every = all(not s["missing"] for m in members.values() for s in m["servers"].values())
         print(json.dumps({**report, "every_version_swapped": every}, indent=2))
 
 

@@ -127,7 +127,7 @@ async def bench_overhead(url: str, backend: object, repeats: int) -> tuple[float
     payload = json.dumps(body).encode()
     params = SamplingParams(n=8, max_tokens=8, temperature=1.0, seed=1)
     parsed = urllib.parse.urlsplit(url)
-    conn = http.client.HTTPConnection(parsed.hostname, parsed.port, timeout=120)
+    conn = http.client.HTTPConnection(parsed.hostname or "127.0.0.1", parsed.port, timeout=120)
     served, via_httpx, direct = [], [], []
     async with httpx.AsyncClient(base_url=url, timeout=120) as http_client:
         _post_stdlib(conn, "/v1/generate", payload)  # warm up every path

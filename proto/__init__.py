@@ -61,6 +61,7 @@ from .reward_server import (
 from .sandbox import ProgramLimits, ProgramStatus, RunProgramRequest, RunProgramResponse
 from .weights import (
     GroupBackend,
+    SharedSegment,
     TensorMeta,
     WeightBroadcastRequest,
     WeightFormat,
@@ -148,5 +149,6 @@ __all__ = [
     "OpenRLHFRewardResponse",
     "RewardServerMode",
     "SlimeRewardRequest",
+    "SharedSegment",
     "SlimeRewardResponse",
 ]

@@ -13,6 +13,15 @@ WeightTransfer = Literal["files", "broadcast"]
 GroupBackend = Literal["gloo", "nccl"]
 
 _DTYPE = r"^(float(16|32|64)|bfloat16|u?int(8|16|32|64)|bool)$"
+SEGMENT_NAME = r"^corl-weights-[A-Za-z0-9_.-]{1,128}$"
+
+
+class SharedSegment(WireModel):
+    """A file in the trainer host's ``/dev/shm`` and the token its header holds: a replica on the same
+    host reads the weights from it instead of the group's sockets (gloo groups only)."""
+
+    name: str = Field(pattern=SEGMENT_NAME, description="File name in /dev/shm (no directory).")
+    token: str = Field(pattern=r"^[0-9a-f]{32}$", description="Random; the file's header holds it.")
 
 
 class WeightUpdateRequest(WireRequest):
@@ -70,6 +79,11 @@ class WeightTransferRequest(WireRequest):
         description="Every collective of the group fails after this long without its peers (then the server "
         "keeps or restores its previous version and leaves the group).",
     )
+    shared_probe: SharedSegment | None = Field(
+        default=None,
+        description="A probe file of the trainer's: the answer's shared_memory says whether this server can read "
+        "it (then it is on the trainer's host, and versions may come through shared memory).",
+    )
 
 
 class WeightTransferResponse(WireModel):
@@ -77,6 +91,9 @@ class WeightTransferResponse(WireModel):
     ranks: list[int] = Field(description="The ranks this replica holds (one per engine worker).")
     weight_version: int = Field(ge=0)
     dtype: str = Field(description="The serving dtype: the trainer sends floating-point tensors in it.")
+    shared_memory: bool = Field(
+        default=False, description="It read the join's shared_probe and can take versions through shared memory."
+    )
 
 
 class TensorMeta(WireModel):
@@ -101,4 +118,9 @@ class WeightBroadcastRequest(WireRequest):
         pattern=r"^[^\x00]+$",
         description="Where the trainer writes this version's files afterwards (the durable copy): a server that "
         "must restore a version it took by broadcast reloads it from there.",
+    )
+    segment: SharedSegment | None = Field(
+        default=None,
+        description="The trainer's shared-memory segment holding this version: when every replica of the group "
+        "can map it, each copies the tensors from there (same host), else they come through the group.",
     )

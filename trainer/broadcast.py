@@ -63,6 +63,8 @@ class WeightBroadcaster:
         self.group: xfer.TransferGroup | None = None
         self.replicas: list[str] = []  # the group's replicas, in rank order
         self.dtype: torch.dtype | None = None  # the replicas' serving dtype: floating tensors are sent in it
+        self.local = False  # every replica of the group is on this host: versions go through ``segment``
+        self.segment: xfer.shared.Segment | None = None
         self.excluded: set[str] = set()
         self._store: dist.TCPStore | None = None
         self._address = ""
@@ -95,6 +97,24 @@ class WeightBroadcaster:
         if not live:
             return False
         store = self._rendezvous(live[0])
+        probe = self._probe()
+        try:
+            return self._join(live, store, probe)
+        finally:
+            if probe is not None:
+                probe.remove()
+
+    def _probe(self) -> xfer.shared.Probe | None:
+        """A file in /dev/shm whose token a replica on this host reads back at the join (gloo groups)."""
+        if self.backend != "gloo" or not self.settings.transfer_shared_memory or not xfer.shared.available():
+            return None
+        try:
+            return xfer.shared.Probe(self.member)
+        except (OSError, xfer.shared.SharedMemoryError) as err:
+            log.info("%s: no shared-memory probe (%s): versions go through the group's sockets", self.member, err)
+            return None
+
+    def _join(self, live: list[str], store: dist.TCPStore, probe: xfer.shared.Probe | None) -> bool:
         gid = f"{self.member}-{uuid.uuid4().hex[:12]}"
         world = 1 + len(live) * self.ranks_per_replica
         spec = xfer.GroupSpec(gid, self._address, store.port, 0, world, self.backend, self.timeout_s)
@@ -108,7 +128,7 @@ class WeightBroadcaster:
 
         threading.Thread(target=own_rank, name="corl-weight-group", daemon=True).start()
         posts = [
-            self._pool.submit(self._post_join, u, gid, 1 + i * self.ranks_per_replica, world)
+            self._pool.submit(self._post_join, u, gid, 1 + i * self.ranks_per_replica, world, probe)
             for i, u in enumerate(live)
         ]
         wait([*posts, built], timeout=self.timeout_s + _MARGIN_S, return_when=FIRST_EXCEPTION)
@@ -125,12 +145,15 @@ class WeightBroadcaster:
             group.close()
             return False
         self.group, self.replicas, self.dtype = group, live, xfer.dtype_of(dtypes.pop())
+        self.local = probe is not None and all(a.shared_memory for a in answers)
         self._failed_joins = 0
-        log.info("%s: weight group %s: %s (%s, %s)", self.member, gid, live, self.backend, xfer.dtype_name(self.dtype))
+        log.info("%s: weight group %s: %s (%s, %s%s)", self.member, gid, live, self.backend,
+                 xfer.dtype_name(self.dtype), ", shared memory" if self.local else "")  # fmt: skip
         return True
 
     def close_group(self) -> None:
-        group, self.group, self.replicas = self.group, None, []
+        group, self.group, self.replicas, self.local = self.group, None, [], False
+        self._drop_segment()
         if group is not None:
             group.close()  # the replicas' pending collectives fail at once; they leave it on their next call
 
@@ -153,7 +176,9 @@ class WeightBroadcaster:
         except Exception:  # noqa: BLE001 - whatever it is, the replica is not one to wait for
             return False
 
-    def _post_join(self, url: str, gid: str, rank: int, world: int) -> WeightTransferResponse:
+    def _post_join(
+        self, url: str, gid: str, rank: int, world: int, probe: xfer.shared.Probe | None
+    ) -> WeightTransferResponse:
         """``url``'s answer to the join, once the group has formed; raises ``_NotJoined`` otherwise."""
         body = {
             "group_id": gid,
@@ -164,6 +189,8 @@ class WeightBroadcaster:
             "backend": self.backend,
             "timeout_s": self.timeout_s,
         }
+        if probe is not None:
+            body["shared_probe"] = {"name": probe.ref.name, "token": probe.ref.token}
         try:
             resp = self.http.post(
                 f"{url}/v1/weights/transfer", json=body, headers=self.headers, timeout=self.timeout_s + _MARGIN_S
@@ -188,12 +215,18 @@ class WeightBroadcaster:
         if group is None:
             return {}
         manifest = [{"name": n, "dtype": xfer.dtype_name(t.dtype), "shape": list(t.shape)} for n, t in snapshot.items()]
-        body = {"version": version, "group_id": group.group_id, "tensors": manifest, "uri": uri}
+        body: dict[str, Any] = {"version": version, "group_id": group.group_id, "tensors": manifest, "uri": uri}
+        segment = self._segment_for(snapshot)
+        if segment is not None:
+            snapshot = segment.views
+            body["segment"] = {"name": segment.ref.name, "token": segment.ref.token}
         t0 = time.perf_counter()
         posts = {u: self._pool.submit(self._post_broadcast, u, body) for u in self.replicas}
         sent, refused = 0, False
         try:
-            sent = group.send(version, self._on_device(snapshot.values()))
+            sent = group.send(version, self._on_device(snapshot.values()), local=segment is not None)
+            if segment is not None:
+                self._segment_used(group.last_local)
         except xfer.TransferRefused:
             refused = True  # nothing moved; the group stays whole
         except xfer.TransferError as err:
@@ -222,6 +255,49 @@ class WeightBroadcaster:
         got = sorted(u for u, o in outcomes.items() if o == "ok")
         log.info("%s: version %d broadcast to %s in %.3fs (%d bytes)", self.member, version, got, seconds, sent)
         return outcomes
+
+    # -- the shared-memory segment (replicas on this host) -------------------------------------------
+
+    def staging(self, previous: dict[str, torch.Tensor] | None) -> dict[str, torch.Tensor] | None:
+        """Where the next snapshot should be taken into: the segment's views where there is one that
+        fits ``previous`` (the last snapshot), so that a version is in shared memory without a copy."""
+        segment = self.segment
+        return segment.views if segment is not None and previous is not None and segment.fits(previous) else previous
+
+    def _segment_for(self, snapshot: dict[str, torch.Tensor]) -> xfer.shared.Segment | None:
+        """The segment holding ``snapshot`` (made, or copied into, as needed); None: the sockets."""
+        if not self.local:
+            return None
+        segment = self.segment
+        if segment is None or not segment.fits(snapshot):
+            self._drop_segment()
+            try:
+                segment = self.segment = xfer.shared.Segment.create(self.member, snapshot)
+            except (OSError, xfer.shared.SharedMemoryError) as err:
+                log.warning("%s: no shared-memory segment (%s): versions go through the sockets", self.member, err)
+                self.local = False
+                return None
+        if not segment.holds(snapshot):  # the first version of a group (later ones are taken into it)
+            for name, t in snapshot.items():
+                segment.views[name].copy_(t)
+        return segment
+
+    def _segment_used(self, local: bool) -> None:
+        """After a send that offered the segment: every replica has mapped it (``local``), so the file
+        can go (the memory stays while mapped); or one could not, and the group keeps to the sockets."""
+        if local:
+            if self.segment is not None:
+                self.segment.unlink()
+            return
+        log.warning("%s: a replica could not map the shared-memory segment: versions go through the sockets",
+                    self.member)  # fmt: skip
+        self.local = False
+        self._drop_segment()
+
+    def _drop_segment(self) -> None:
+        segment, self.segment = self.segment, None
+        if segment is not None:
+            segment.unlink()
 
     def _on_device(self, tensors: Any) -> Iterator[torch.Tensor]:
         """Each tensor on the group's device as its turn comes (NCCL: one host-to-device copy at a time)."""

@@ -295,7 +295,7 @@ class Trainer:
         self._show_transfer("broadcast")
         version = self._next_version()
         t0 = time.perf_counter()
-        snapshot = self.policy.weights_snapshot(b.dtype, self._snapshot)
+        snapshot = self.policy.weights_snapshot(b.dtype, b.staging(self._snapshot))
         assert snapshot is not None  # this is the leader
         self._snapshot = snapshot
         self.metrics.labels(self.metrics.publish_stall_seconds).observe(time.perf_counter() - t0)

@@ -50,6 +50,11 @@ class TrainerSettings(BaseSettings):
         description="Every collective of the weight group (and joining it) fails after this long without a peer: "
         "the longest a dead or hung replica holds a publish up. The version then goes by files.",
     )
+    transfer_shared_memory: bool = Field(
+        default=True,
+        description="Replicas on this host (that read a probe file in /dev/shm at the join) take versions from a "
+        "shared-memory copy of the snapshot instead of the group's sockets; false: always the sockets.",
+    )
     transfer_rejoin_s: float = Field(
         default=30.0,
         ge=0,

@@ -16,6 +16,10 @@ One version, on every rank in the same order:
 3. *fingerprints*: rank 0 broadcasts the fingerprint of each tensor as it sent it; a receiver compares
    them with its own of what arrived (``fingerprint``).
 
+On one host (``shared``): when rank 0 offers a shared-memory segment holding the version and every
+receiver mapped it, step 2 is each receiver copying from its map, all at once; a last all-gather tells
+rank 0 that every receiver is done reading (the segment may then take the next version).
+
 Any failed or timed-out collective raises ``TransferError``: the group is then unusable on every rank
 and is closed (which makes the others' pending collectives fail at once instead of at their timeout).
 """
@@ -34,6 +38,7 @@ import torch
 import torch.distributed as dist
 
 from .fingerprint import FingerprintKind, fingerprint
+from .shared import SharedMemoryError, SharedRef, attach
 
 log = logging.getLogger(__name__)
 
@@ -123,6 +128,8 @@ class TransferGroup:
         self.spec, self._pg, self.device = spec, pg, device
         self.kind = fingerprint_kind(spec.backend)
         self.broken = False
+        self.last_local = False  # the sender's last version went through shared memory
+        self._segment: tuple[SharedRef, list[torch.Tensor]] | None = None  # a receiver's map of it
 
     @property
     def group_id(self) -> str:
@@ -152,6 +159,7 @@ class TransferGroup:
         """Leave the group; peers' pending collectives then fail at once. Idempotent."""
         pg, self._pg = self._pg, None
         self.broken = True
+        self._segment = None
         if pg is not None:
             try:
                 pg.abort()
@@ -178,12 +186,21 @@ class TransferGroup:
             self.broken = True
             raise TransferError(f"weight group {self.group_id}: {err}") from err
 
-    def agree(self, version: int, accept: bool) -> None:
-        """Step 1: every rank's (version, yes/no); ``TransferRefused`` when any rank says no or the
-        versions differ (a rank still on another version's call)."""
+    def agree(self, version: int, accept: bool, local: bool = False) -> bool:
+        """Step 1: every rank's (version, yes/no, local); ``TransferRefused`` when any rank says no or the
+        versions differ (a rank still on another version's call). True when every rank said local: the
+        sender offers a shared-memory segment and every receiver mapped it (``shared``)."""
         if self._pg is None:
             raise TransferError(f"weight group {self.group_id} is closed")
-        mine = torch.tensor([version, int(accept)], dtype=torch.int64, device=self.device)
+        mine = torch.tensor([version, int(accept), int(local)], dtype=torch.int64, device=self.device)
+        out = self._allgather(mine)
+        said = [(int(t[0]), int(t[1]), int(t[2])) for t in out]
+        refused = [r for r, (v, ok, _) in enumerate(said) if v != version or not ok]
+        if refused:
+            raise TransferRefused(version, refused)
+        return all(loc for _, _, loc in said)
+
+    def _allgather(self, mine: torch.Tensor) -> list[torch.Tensor]:
         out = [torch.empty_like(mine) for _ in range(self.spec.world_size)]
         try:
             work = self._pg.allgather([out], [mine])
@@ -191,10 +208,7 @@ class TransferGroup:
             self.broken = True
             raise TransferError(f"weight group {self.group_id}: {err}") from err
         self._wait(work)
-        said = [(int(t[0]), int(t[1])) for t in out]
-        refused = [r for r, (v, ok) in enumerate(said) if v != version or not ok]
-        if refused:
-            raise TransferRefused(version, refused)
+        return out
 
     def _pipelined(
         self,
@@ -225,10 +239,12 @@ class TransferGroup:
         if done is not None:
             after(*done)
 
-    def send(self, version: int, tensors: Iterable[torch.Tensor]) -> int:
+    def send(self, version: int, tensors: Iterable[torch.Tensor], local: bool = False) -> int:
         """Rank 0: one version (steps 1-3); returns the bytes sent. Tensors on this group's device (an
-        iterable may move each one there as its turn comes)."""
-        self.agree(version, True)
+        iterable may move each one there as its turn comes). ``local``: the tensors are the views of a
+        shared-memory segment the receivers were told of; when every one of them mapped it, they copy
+        from it instead of step 2 (``self.last_local`` says which way the version went)."""
+        self.last_local = self.agree(version, True, local)
         prints: list[int] = []
         sent = 0
 
@@ -237,8 +253,14 @@ class TransferGroup:
             prints.append(fingerprint(t, self.kind))
             sent += t.numel() * t.element_size()
 
-        self._pipelined(tensors, before, lambda i, t: None)
+        if self.last_local:
+            for i, t in enumerate(tensors):  # the receivers copy meanwhile
+                before(i, t)
+        else:
+            self._pipelined(tensors, before, lambda i, t: None)
         self._wait(self._broadcast(torch.tensor(prints, dtype=torch.int64, device=self.device)))
+        if self.last_local:  # every receiver has finished reading the segment: it may be written again
+            self._allgather(torch.ones(1, dtype=torch.int64, device=self.device))
         return sent
 
     def refuse(self, version: int) -> None:
@@ -251,12 +273,16 @@ class TransferGroup:
         names: Sequence[str],
         dests: Iterable[torch.Tensor],
         on_tensor: Callable[[int, torch.Tensor], None] | None = None,
+        segment: SharedRef | None = None,
     ) -> None:
         """A receiver: one version into ``dests`` (one per name: contiguous, this group's device, the
         manifest's dtypes and shapes; an iterable may allocate each as its turn comes); ``on_tensor(i,
         t)`` once tensor i is in (an engine loads it, then the buffer may go). ``FingerprintMismatch``
-        names the tensors whose bytes differ from what was sent (found after all of them arrived)."""
-        self.agree(version, True)
+        names the tensors whose bytes differ from what was sent (found after all of them arrived).
+        ``segment``: the trainer's shared-memory segment, copied from when every receiver can map it
+        (``dests`` then a sequence, so that its layout is known before the first byte)."""
+        sources = self._map(segment, dests) if segment is not None and isinstance(dests, Sequence) else None
+        local = self.agree(version, True, sources is not None)
         prints: list[int] = [0] * len(names)
 
         def after(i: int, t: torch.Tensor) -> None:  # while the next pieces arrive
@@ -264,12 +290,32 @@ class TransferGroup:
             if on_tensor is not None:
                 on_tensor(i, t)
 
-        self._pipelined(dests, lambda i, t: None, after)
+        if local:
+            assert sources is not None
+            for i, (t, src) in enumerate(zip(dests, sources, strict=True)):
+                t.view(-1).view(torch.uint8).copy_(src)
+                after(i, t)
+        else:
+            self._pipelined(dests, lambda i, t: None, after)
         sent = torch.empty(len(names), dtype=torch.int64, device=self.device)
         self._wait(self._broadcast(sent))
+        if local:
+            self._allgather(torch.ones(1, dtype=torch.int64, device=self.device))
         bad = [names[i] for i, (a, b) in enumerate(zip(prints, sent.tolist(), strict=True)) if a != b]
         if bad:
             raise FingerprintMismatch(bad)
+
+    def _map(self, segment: SharedRef, dests: Sequence[torch.Tensor]) -> list[torch.Tensor] | None:
+        """This rank's map of ``segment`` (made once per segment), or None where it cannot be read."""
+        if self._segment is not None and self._segment[0] == segment:
+            return self._segment[1]
+        try:
+            sources = attach(segment, [t.numel() * t.element_size() for t in dests])
+        except SharedMemoryError as err:
+            log.warning("weight group %s: shared segment not usable, the bytes come by gloo: %s", self.group_id, err)
+            return None
+        self._segment = (segment, sources)
+        return sources
 
 
 def _nccl_group(store: dist.Store, spec: GroupSpec) -> Any:

@@ -51,7 +51,7 @@ class ForwardRoute(APIRoute):
     OpenAPI entry (the security scheme of the router's dependency included) is the route's."""
 
     async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["method"] not in self.methods:
+        if scope["method"] not in (self.methods or ()):
             await super().handle(scope, receive, send)  # 405, as any route answers it
             return
         request = Request(scope, receive)

@@ -10,13 +10,14 @@ import logging
 import socket
 
 from corl.proto import (
+    SharedSegment,
     WeightBroadcastRequest,
     WeightTransferRequest,
     WeightTransferResponse,
     WeightUpdateResponse,
 )
 from corl.services.errors import ConflictError, ServiceError
-from corl.transfer import GroupSpec
+from corl.transfer import GroupSpec, shared
 
 from .backends.base import (
     BackendError,
@@ -47,6 +48,10 @@ async def _reachable(host: str, port: int, timeout_s: float) -> None:
         raise RendezvousNotFoundError(f"no weight group rendezvous answers at {host}:{port}: {err}") from None
 
 
+def _ref(segment: SharedSegment) -> shared.SharedRef:
+    return shared.SharedRef(segment.name, segment.token)
+
+
 class WrongGroupError(ConflictError):
     """The broadcast names a weight group this server is not in (409): the trainer rebuilds the group."""
 
@@ -75,9 +80,12 @@ class WeightTransferServing:
             req.timeout_s,
         )
         ranks = await backend.join_weight_group(spec)
-        log.info("joined weight group %s as rank(s) %s of %d", req.group_id, ranks, req.world_size)
+        probe = req.shared_probe
+        local = probe is not None and backend.takes_shared_memory() and shared.visible(_ref(probe))
+        log.info("joined weight group %s as rank(s) %s of %d%s", req.group_id, ranks, req.world_size,
+                 " (on the trainer's host: shared memory)" if local else "")  # fmt: skip
         return WeightTransferResponse(
-            group_id=req.group_id, ranks=ranks, weight_version=backend.weight_version, dtype=dtype
+            group_id=req.group_id, ranks=ranks, weight_version=backend.weight_version, dtype=dtype, shared_memory=local
         )
 
     async def receive(self, req: WeightBroadcastRequest) -> WeightUpdateResponse:
@@ -90,7 +98,8 @@ class WeightTransferServing:
         previous = backend.weight_version
         manifest = [(t.name, t.dtype, tuple(t.shape)) for t in req.tensors]
         try:
-            seconds = await backend.receive_weights(req.version, manifest, req.uri)
+            segment = _ref(req.segment) if req.segment is not None else None
+            seconds = await backend.receive_weights(req.version, manifest, req.uri, segment)
         except (StaleVersionError, TransferAbortedError) as err:
             metrics.weight_updates.labels("conflict").inc()
             log.warning("weight broadcast %d not taken: %s", req.version, err)

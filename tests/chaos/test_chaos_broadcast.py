@@ -24,6 +24,7 @@ from chaos_cluster import ENV, Proc, wait_for, wait_ready
 
 from corl.embedded.processes import corl_command
 from corl.redis_server import free_port
+from corl.transfer import shared
 
 pytestmark = pytest.mark.chaos
 Record = Callable[..., None]
@@ -94,6 +95,18 @@ def replicas(tmp_path: Path, tiny_model_dir: Path) -> Iterator[list[Proc]]:
             p.stop()
 
 
+@pytest.fixture(params=["shared-memory", "sockets"])
+def road(request: pytest.FixtureRequest) -> tuple[str, ...]:
+    """The road the bytes take (the replicas are on the trainer's host): the driver's extra argument."""
+    if request.param == "shared-memory" and not shared.available():
+        pytest.skip("no writable /dev/shm")
+    return () if request.param == "shared-memory" else ("--sockets",)
+
+
+def _road(extra: tuple[str, ...]) -> str:
+    return "sockets" if extra else "shared-memory"
+
+
 def _driver(tmp: Path, model: Path, urls: list[str], versions: str, *extra: str) -> subprocess.Popen[bytes]:
     (tmp / "control").mkdir(exist_ok=True)
     args = [sys.executable, str(DRIVER), "--servers", ",".join(urls), "--model", str(model)]
@@ -119,16 +132,17 @@ def _paused(tmp: Path, proc: subprocess.Popen[bytes]) -> None:
 
 
 def test_replica_sigkilled_mid_transfer(
-    tmp_path: Path, tiny_model_dir: Path, replicas: list[Proc], record_figure: Record
+    tmp_path: Path, tiny_model_dir: Path, replicas: list[Proc], road: tuple[str, ...], record_figure: Record
 ) -> None:
     urls = [p.url for p in replicas if p.url]
     load = Load(urls).start()
-    driver = _driver(tmp_path, tiny_model_dir, urls, "1,2", "--pause-at", "5")
+    driver = _driver(tmp_path, tiny_model_dir, urls, "1,2", "--pause-at", "5", *road)
     _paused(tmp_path, driver)
     replicas[1].kill9()
     (tmp_path / "control" / "go").write_text("")
     first, second = _lines(driver)
     # Version 1: the broadcast failed at once (a peer gone), replica 0 took it from the files.
+    assert first["road"] == _road(road), first
     assert first["broadcast"] == {urls[0]: "unreachable", urls[1]: "unreachable"}, first
     assert first["files"] == {urls[0]: "ok", urls[1]: "unreachable"}
     assert float(first["broadcast_s"]) < TIMEOUT_S, "a dead replica held the trainer up past the timeout"
@@ -137,7 +151,7 @@ def test_replica_sigkilled_mid_transfer(
     # The killed replica comes back on its base weights and catches up from the files.
     replicas[1].start()
     wait_ready(replicas[1])
-    driver = _driver(tmp_path, tiny_model_dir, urls, "3")
+    driver = _driver(tmp_path, tiny_model_dir, urls, "3", *road)
     [third] = _lines(driver)
     load.stop()
     record_figure(
@@ -152,13 +166,14 @@ def test_replica_sigkilled_mid_transfer(
 
 
 def test_corrupted_tensor_is_refused_and_the_files_bring_the_version(
-    tmp_path: Path, tiny_model_dir: Path, replicas: list[Proc], record_figure: Record
+    tmp_path: Path, tiny_model_dir: Path, replicas: list[Proc], road: tuple[str, ...], record_figure: Record
 ) -> None:
     urls = [p.url for p in replicas if p.url]
     load = Load(urls).start()
-    first, second = _lines(_driver(tmp_path, tiny_model_dir, urls, "1,2", "--corrupt"))
+    first, second = _lines(_driver(tmp_path, tiny_model_dir, urls, "1,2", "--corrupt", *road))
     load.stop()
     record_figure(corrupted=first, after=second, failed_requests=sum(len(f) for f in load.failures.values()))
+    assert first["road"] == second["road"] == _road(road), (first, second)
     assert first["broadcast"] == {urls[0]: "rejected", urls[1]: "rejected"}  # 422: fingerprint mismatch
     assert first["files"] == {urls[0]: "ok", urls[1]: "ok"}
     assert second["broadcast"] == {urls[0]: "ok", urls[1]: "ok"}  # the group stayed whole
@@ -191,13 +206,13 @@ def test_manifest_mismatch_moves_no_byte(
 
 
 def test_trainer_sigkilled_mid_broadcast(
-    tmp_path: Path, tiny_model_dir: Path, replicas: list[Proc], record_figure: Record
+    tmp_path: Path, tiny_model_dir: Path, replicas: list[Proc], road: tuple[str, ...], record_figure: Record
 ) -> None:
     urls = [p.url for p in replicas if p.url]
-    [first] = _lines(_driver(tmp_path, tiny_model_dir, urls, "1"))
+    [first] = _lines(_driver(tmp_path, tiny_model_dir, urls, "1", *road))
     assert first["broadcast"] == {urls[0]: "ok", urls[1]: "ok"}
     load = Load(urls).start()
-    driver = _driver(tmp_path, tiny_model_dir, urls, "2", "--pause-at", "5")
+    driver = _driver(tmp_path, tiny_model_dir, urls, "2", "--pause-at", "5", *road)
     _paused(tmp_path, driver)
     t0 = time.monotonic()
     driver.kill()
@@ -207,11 +222,14 @@ def test_trainer_sigkilled_mid_broadcast(
     left_s = time.monotonic() - t0
     assert [_served(u) for u in urls] == [1, 1]
     # The restarted trainer never reuses a version it may have sent: it publishes 3.
-    [third] = _lines(_driver(tmp_path, tiny_model_dir, urls, "3"))
+    [third] = _lines(_driver(tmp_path, tiny_model_dir, urls, "3", *road))
     load.stop()
+    if not road:  # the killed trainer's segment (never unlinked: no version went through it) is swept
+        assert not list(shared.SHARED_DIR.glob(f"corl-weights-alpha-{driver.pid}-*"))
     record_figure(
         seconds_to_leave_the_group=round(left_s, 2), failed_requests=sum(len(f) for f in load.failures.values())
     )
+    assert first["road"] == third["road"] == _road(road), (first, third)
     assert third["broadcast"] == {urls[0]: "ok", urls[1]: "ok"}
     assert [_served(u) for u in urls] == [3, 3]
     assert all(f == [] for f in load.failures.values()) and load.backwards() == []

@@ -9,6 +9,7 @@ import uuid
 from pathlib import Path
 
 import httpx
+import pytest
 import redis
 import torch
 from test_trainer_helpers import make_config, pending_count, queue_batches
@@ -18,6 +19,7 @@ from corl.services.model.settings import ServerSettings
 from corl.services.model.testing import running_server
 from corl.trainer.loop import Trainer
 from corl.trainer.settings import TrainerSettings
+from corl.transfer import shared
 
 torch.set_num_threads(1)
 TOKEN = "test-admin-token"
@@ -43,7 +45,10 @@ def _settings(**extra: object) -> TrainerSettings:
     )
 
 
-def test_versions_go_by_broadcast_and_their_files_follow(tmp_path: Path, tiny_model_dir: Path, redis_url: str) -> None:
+@pytest.mark.parametrize("shared_memory", [True, False], ids=["shared-memory", "sockets"])
+def test_versions_go_by_broadcast_and_their_files_follow(
+    tmp_path: Path, tiny_model_dir: Path, redis_url: str, shared_memory: bool
+) -> None:
     run_id = "b" + uuid.uuid4().hex[:10]
     client = redis.Redis.from_url(redis_url)
     server = ServerSettings(model_dir=str(tiny_model_dir), name="a", admin_token=TOKEN, num_threads=1)
@@ -51,10 +56,15 @@ def test_versions_go_by_broadcast_and_their_files_follow(tmp_path: Path, tiny_mo
         cfg = make_config(tmp_path, tiny_model_dir, redis_url, run_id, servers=[one, two], lr=1e-2)
         assert cfg.training.weight_transfer == "broadcast"  # the default
         queue_batches(client, tiny_model_dir, run_id, 4)
-        trainer = Trainer(cfg, "a", _settings())
+        trainer = Trainer(cfg, "a", _settings(transfer_shared_memory=shared_memory))
         try:
             trainer.setup()
             state = trainer.run(max_steps=4)
+            b = trainer.broadcaster
+            assert b is not None and b.local == (shared_memory and shared.available())
+            if b.local:  # both replicas mapped the segment: its file is gone, the snapshot is taken into it
+                assert b.segment is not None and not b.segment.linked and not b.segment.ref.path.exists()
+                assert trainer._snapshot is not None and b.segment.holds(trainer._snapshot)
             # The first publish built the group (both replicas answered): every version went through it.
             assert state.weight_version == 4 and pending_count(client, run_id) == 0
             assert trainer.broadcaster is not None and trainer.broadcaster.replicas == [one, two]

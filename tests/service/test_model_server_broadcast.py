@@ -12,15 +12,17 @@ import time
 import uuid
 from collections.abc import Callable
 from datetime import timedelta
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 import torch
 import torch.distributed as dist
 from safetensors.torch import load_file
 
-from corl.transfer import GroupSpec, TransferError, TransferGroup, TransferRefused, dtype_name
+from corl.transfer import GroupSpec, TransferError, TransferGroup, TransferRefused, dtype_name, shared
 
 AUTH = {"Authorization": "Bearer test-admin-token"}
 GREEDY = {"prompts": ["12+34=", "7+8="], "n": 1, "max_tokens": 6, "temperature": 0.0}
@@ -34,7 +36,7 @@ class Sender:
         self.store = dist.TCPStore("127.0.0.1", 0, None, True, timedelta(seconds=timeout_s), wait_for_workers=False)
         self.group: TransferGroup | None = None
 
-    async def join(self, client: httpx.AsyncClient) -> dict[str, Any]:
+    async def join(self, client: httpx.AsyncClient, probe: shared.SharedRef | None = None) -> dict[str, Any]:
         gid = uuid.uuid4().hex
         spec = GroupSpec(gid, "127.0.0.1", self.store.port, 0, 2, "gloo", self.timeout_s)
         body = {
@@ -46,6 +48,8 @@ class Sender:
             "backend": "gloo",
             "timeout_s": self.timeout_s,
         }
+        if probe is not None:
+            body["shared_probe"] = {"name": probe.name, "token": probe.token}
         self.group, resp = await asyncio.gather(
             asyncio.to_thread(TransferGroup.join, spec, self.store),
             client.post("/v1/weights/transfer", json=body, headers=AUTH),
@@ -60,17 +64,24 @@ class Sender:
         tensors: dict[str, torch.Tensor],
         manifest: list[dict[str, Any]] | None = None,
         send: Callable[..., Any] | None = None,
+        segment: shared.Segment | None = None,
     ) -> tuple[Any, httpx.Response]:
         """Post the version and send it at once; returns (what the send returned or raised, the answer)."""
         assert self.group is not None
         manifest = manifest or [
             {"name": n, "dtype": dtype_name(t.dtype), "shape": list(t.shape)} for n, t in tensors.items()
         ]
-        body = {"version": version, "group_id": self.group.group_id, "tensors": manifest}
+        body: dict[str, Any] = {"version": version, "group_id": self.group.group_id, "tensors": manifest}
+        if segment is not None:  # the version is in the segment: the server copies it from there
+            body["segment"] = {"name": segment.ref.name, "token": segment.ref.token}
+            tensors = segment.views
+        local = segment is not None
 
         async def sent() -> Any:
             try:
-                return await asyncio.to_thread(send or self.group.send, version, list(tensors.values()))  # type: ignore[union-attr]
+                return await asyncio.to_thread(
+                    send or partial(self.group.send, local=local), version, list(tensors.values())
+                )  # type: ignore[union-attr]
             except Exception as err:  # noqa: BLE001 - the test checks what the sender saw
                 return err
 
@@ -110,6 +121,37 @@ async def test_a_broadcast_version_serves_what_its_files_serve(
     assert by_files[1:] == by_broadcast[1:], "the same weights by broadcast and by files must sample the same"
     metrics = (await client.get("/metrics")).text
     assert 'corl_server_weight_transfer_seconds_count{member="tiny"} 1.0' in metrics
+
+
+@pytest.mark.skipif(not shared.available(), reason="no writable /dev/shm")
+async def test_a_replica_on_the_trainers_host_takes_versions_from_shared_memory(
+    client: httpx.AsyncClient, make_weights: Callable[..., tuple[Path, str]]
+) -> None:
+    path, sha = make_weights(7)
+    probe = shared.Probe("tiny")
+    try:
+        unreadable = await Sender().join(client, shared.SharedRef(probe.ref.name, "0" * 32))
+        sender = Sender()
+        joined = await sender.join(client, probe.ref)
+    finally:
+        probe.remove()
+    assert unreadable["shared_memory"] is False and joined["shared_memory"] is True
+    tensors = _tensors(path)
+    segment = shared.Segment.create("tiny", tensors)
+    try:
+        for name, t in tensors.items():
+            segment.views[name].copy_(t)
+        sent, resp = await sender.broadcast(client, 1, tensors, segment=segment)
+        assert resp.status_code == 200, resp.text
+        assert sender.group is not None and sender.group.last_local, "the version went through the sockets"
+    finally:
+        segment.unlink()
+    by_segment = await _greedy(client)
+    r = await client.post("/v1/weights", json={"version": 2, "uri": str(path), "sha256": sha}, headers=AUTH)
+    assert r.status_code == 200, r.text
+    by_files = await _greedy(client)
+    assert by_segment[0] == 1 and by_files[0] == 2
+    assert by_files[1:] == by_segment[1:], "the same weights through shared memory and by files must sample the same"
 
 
 async def test_a_stale_version_or_a_foreign_manifest_moves_no_byte(

@@ -24,6 +24,7 @@ from corl.services.errors import ConflictError, InvalidInputError, NotFoundError
 
 if TYPE_CHECKING:
     from corl.transfer import GroupSpec
+    from corl.transfer.shared import SharedRef
 
 WeightFormat = Literal["full", "lora"]
 FinishReason = Literal["stop", "length"]
@@ -237,19 +238,26 @@ class Backend(abc.ABC):
         """The weight groups this backend can join: ``gloo`` (CPU tensors), ``nccl`` (CUDA tensors)."""
         return ()
 
+    def takes_shared_memory(self) -> bool:
+        """Whether a version may come through the trainer's shared-memory segment (same host, CPU tensors)."""
+        return False
+
     async def join_weight_group(self, spec: GroupSpec) -> list[int]:
         """Join the member's weight group (leaving any other); return the ranks held. Blocks until every
         rank has joined; ``WeightGroupError`` at the timeout, ``GroupUnsupportedError`` for a group this
         backend cannot be in."""
         raise GroupUnsupportedError(f"the {self.kind} backend takes weights from files only")
 
-    async def receive_weights(self, version: int, manifest: Manifest, uri: str | None) -> float:
+    async def receive_weights(
+        self, version: int, manifest: Manifest, uri: str | None, segment: SharedRef | None = None
+    ) -> float:
         """Take ``version`` from the weight group as it is broadcast (in manifest order), verify every
         tensor's fingerprint, flip; return seconds taken. A stale version (``StaleVersionError``) or a
         manifest that is not the serving model's (``WeightLoadError``) is refused before a byte moves;
         changed bytes raise ``WeightLoadError``, a failed collective ``WeightGroupError``, another
         rank's refusal ``TransferAbortedError``. In every case the previous version keeps serving (a
-        backend that loads in place restores it from its files, ``uri`` of the broadcast before)."""
+        backend that loads in place restores it from its files, ``uri`` of the broadcast before).
+        ``segment``: the trainer's shared-memory copy of the version (``takes_shared_memory``)."""
         raise WeightLoadError(f"the {self.kind} backend takes weights from files only", field="backend")
 
     async def leave_weight_group(self) -> None:  # noqa: B027 - a files-only backend is in no group

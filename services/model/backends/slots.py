@@ -13,6 +13,7 @@ from safetensors.torch import load_file
 from transformers import PreTrainedModel
 
 from corl.transfer import FingerprintMismatch, TransferError, TransferGroup, TransferRefused
+from corl.transfer.shared import SharedRef
 
 from .base import Manifest, TransferAbortedError, WeightGroupError, WeightLoadError
 
@@ -41,7 +42,7 @@ class Slot:
                 self.targets[name].copy_(tensor)
 
     @torch.no_grad()
-    def receive(self, group: TransferGroup, version: int, manifest: Manifest) -> None:
+    def receive(self, group: TransferGroup, version: int, manifest: Manifest, segment: SharedRef | None = None) -> None:
         """Take ``version`` from ``group`` into the slot's tensors, fingerprints checked. Raises
         ``TransferAbortedError`` when a rank said no (nothing written), ``WeightLoadError`` on a
         fingerprint mismatch and ``WeightGroupError`` when the group broke (both: the slot is half
@@ -51,7 +52,7 @@ class Slot:
         # Tensors land in place; a rare non-contiguous one comes through a contiguous copy.
         dests = [t if t.is_contiguous() else t.contiguous() for t in targets]
         try:
-            group.receive(version, names, dests)
+            group.receive(version, names, dests, segment=segment)
             for target, dest in zip(targets, dests, strict=True):
                 if dest is not target:
                     target.copy_(dest)

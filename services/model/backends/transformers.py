@@ -39,6 +39,7 @@ from corl.transfer import (
     dtype_name,
     open_store,
 )
+from corl.transfer.shared import SharedRef
 
 from . import adapters, base, weights
 from .relay import Relay
@@ -306,7 +307,12 @@ class TransformersBackend(base.Backend):
         if group is not None:
             await asyncio.to_thread(group.close)
 
-    async def receive_weights(self, version: int, manifest: base.Manifest, uri: str | None) -> float:
+    def takes_shared_memory(self) -> bool:
+        return self._device == "cpu"
+
+    async def receive_weights(
+        self, version: int, manifest: base.Manifest, uri: str | None, segment: SharedRef | None = None
+    ) -> float:
         group = self._group
         if group is None:
             raise base.WeightGroupError("this server is in no weight group")
@@ -318,7 +324,7 @@ class TransformersBackend(base.Backend):
                 await asyncio.to_thread(self._refuse, group, version)
                 raise
             return await asyncio.get_running_loop().run_in_executor(
-                self._swap, self._receive_sync, group, version, manifest
+                self._swap, self._receive_sync, group, version, manifest, segment
             )
 
     def _refuse(self, group: TransferGroup, version: int) -> None:
@@ -336,7 +342,9 @@ class TransformersBackend(base.Backend):
             self._group = None
 
     @torch.no_grad()
-    def _receive_sync(self, group: TransferGroup, version: int, manifest: base.Manifest) -> float:
+    def _receive_sync(
+        self, group: TransferGroup, version: int, manifest: base.Manifest, segment: SharedRef | None
+    ) -> float:
         t0 = time.perf_counter()
         assert self._active is not None
         with self._cond:  # the spare was serving before the last swap: let its batches finish
@@ -344,7 +352,7 @@ class TransformersBackend(base.Backend):
         spare = self._spare
         assert spare is not None
         try:
-            spare.receive(group, version, manifest)
+            spare.receive(group, version, manifest, segment)
         except base.WeightGroupError:
             self._drop(group)
             raise

@@ -37,6 +37,7 @@ from typing import Any
 
 from corl import weights_store
 from corl.transfer import GroupSpec, dtype_name
+from corl.transfer.shared import SharedRef
 
 from . import adapters, weights
 from .base import (
@@ -342,7 +343,11 @@ class VLLMBackend(Backend):
             with contextlib.suppress(Exception):
                 await self._engine.run(self._engine.llm.collective_rpc("corl_leave_group"))
 
-    async def receive_weights(self, version: int, manifest: Manifest, uri: str | None) -> float:
+    async def receive_weights(
+        self, version: int, manifest: Manifest, uri: str | None, segment: SharedRef | None = None
+    ) -> float:
+        # ``segment`` never comes: this backend's join answers shared_memory false (its workers take
+        # the group's bytes into the engine as they arrive).
         if self._group is None:
             raise WeightGroupError("this server is in no weight group")
         llm = self._engine.llm

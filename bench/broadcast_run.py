@@ -61,14 +61,14 @@ def main() -> None:
     for run_dir in args.runs:
         trained = sorted(p.stem.removeprefix("trainer-") for p in (run_dir / "logs").glob("trainer-*.log"))
         gaps = round_seconds(run_dir)
+        members = {m: member_versions(run_dir, m) for m in trained}
         report = {
             "run": str(run_dir),
             "rounds": len(gaps) + 1,
             "mean_round_s": round(statistics.fmean(gaps), 2) if gaps else None,
             "median_round_s": round(statistics.median(gaps), 2) if gaps else None,
-            "members": {m: member_versions(run_dir, m) for m in trained},
+            "members": members,
         }
-        members: dict[str, Any] = report["members"]  # type: ignore[assignment]
         every = all(not s["missing"] for m in members.values() for s in m["servers"].values())
         print(json.dumps({**report, "every_version_swapped": every}, indent=2))
 

@@ -277,7 +277,8 @@ class WeightBroadcaster:
                 log.warning("%s: no shared-memory segment (%s): versions go through the sockets", self.member, err)
                 self.local = False
                 return None
-        if not segment.holds(snapshot):  # the first version of a group (later ones are taken into it)
+        # A group's first version; and every version of a sharded trainer, whose snapshot is gathered anew.
+        if not segment.holds(snapshot):
             for name, t in snapshot.items():
                 segment.views[name].copy_(t)
         return segment

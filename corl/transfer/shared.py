@@ -26,7 +26,7 @@ import re
 import secrets
 import warnings
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -91,9 +91,12 @@ def _sweep(member: str) -> None:
             pid = int(f.name.removeprefix(f"{PREFIX}{member}-").split("-")[0])
             os.kill(pid, 0)
         except ProcessLookupError:
-            f.unlink(missing_ok=True)
+            try:
+                f.unlink(missing_ok=True)  # another user's file in the sticky /dev/shm: left alone
+            except OSError:
+                continue
             log.info("removed %s, left by a trainer that is gone", f)
-        except (ValueError, PermissionError, OSError):
+        except (ValueError, OSError):
             continue
 
 
@@ -116,7 +119,7 @@ def _new_file(member: str, kind: str, size: int) -> tuple[SharedRef, mmap.mmap]:
 def _read_header(ref: SharedRef) -> tuple[int, int]:
     """(fd, size) of a segment whose header holds ``ref``'s token; ``SharedMemoryError`` otherwise."""
     try:
-        fd = os.open(ref.path, os.O_RDONLY)
+        fd = os.open(ref.path, os.O_RDONLY | os.O_NOFOLLOW)  # a link planted in /dev/shm is not followed
     except OSError as err:
         raise SharedMemoryError(f"cannot open {ref.path}: {err}") from None
     head = os.pread(fd, len(_MAGIC) + 32, 0)
@@ -154,7 +157,6 @@ class Segment:
     ref: SharedRef
     views: dict[str, torch.Tensor]
     linked: bool = True
-    _map: mmap.mmap | None = field(default=None, repr=False)
 
     @classmethod
     def create(cls, member: str, like: Mapping[str, torch.Tensor]) -> Segment:
@@ -167,7 +169,7 @@ class Segment:
             name: raw[at : at + _nbytes(t)].view(t.dtype).view(t.shape)
             for (name, t), at in zip(like.items(), offsets, strict=True)
         }
-        return cls(ref, views, _map=mm)
+        return cls(ref, views)  # the views hold the map
 
     def fits(self, tensors: Mapping[str, torch.Tensor]) -> bool:
         """Same names, dtypes and shapes, in the same order."""

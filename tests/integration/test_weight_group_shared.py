@@ -172,3 +172,15 @@ def test_a_dead_trainers_segment_is_swept_by_the_next() -> None:
     finally:
         seg.unlink()
         mine.unlink()
+
+
+def test_a_link_planted_under_a_segment_name_is_not_followed(segment: shared.Segment) -> None:
+    link = shared.SHARED_DIR / f"corl-weights-planted-{os.getpid()}"
+    link.symlink_to(segment.ref.path)  # the right header and token behind it: only the link is wrong
+    try:
+        sizes = [t.numel() * t.element_size() for t in segment.views.values()]
+        assert shared.attach(segment.ref, sizes)  # the segment itself maps
+        with pytest.raises(shared.SharedMemoryError, match="cannot open"):
+            shared.attach(shared.SharedRef(link.name, segment.ref.token), sizes)
+    finally:
+        link.unlink()

@@ -37,6 +37,7 @@ from pathlib import Path
 import httpx
 import yaml
 
+from corl.embedded.processes import die_with_parent
 from corl.health import wait_healthy
 from corl.redis_server import LocalRedis, free_port
 
@@ -126,7 +127,12 @@ def main() -> None:
     with LocalRedis() as redis_server, tempfile.TemporaryDirectory() as tmp:
         try:
             up_port, gw_port = free_port(), free_port()
-            procs.append(subprocess.Popen([sys.executable, "-c", UPSTREAM, str(up_port), str(args.upstream_ms / 1000)]))
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, "-c", UPSTREAM, str(up_port), str(args.upstream_ms / 1000)],
+                    preexec_fn=die_with_parent(),
+                )
+            )
             direct = f"http://127.0.0.1:{up_port}"
             cfg = {
                 "run_id": "bench",
@@ -147,7 +153,7 @@ def main() -> None:
             cfg_path.write_text(yaml.safe_dump(cfg))
             env = {**os.environ, "CORL_COHORT_TOKEN": TOKEN, "CORL_LOG_LEVEL": "WARNING"}
             cmd = [sys.executable, "-m", "corl", "serve", "gateway", "--config", str(cfg_path), "--port", str(gw_port)]
-            procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL))
+            procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, preexec_fn=die_with_parent()))
             gateway = f"http://127.0.0.1:{gw_port}"
             wait_healthy(f"{direct}/readyz", 60)
             wait_healthy(f"{gateway}/readyz", 60)

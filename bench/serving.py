@@ -40,6 +40,8 @@ from pathlib import Path
 import httpx
 from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_fixed
 
+from corl.embedded.processes import die_with_parent
+
 TOKEN = "bench-admin-token"
 PROMPTS = [f"{a:02d}+{b:02d}=" for a, b in zip(range(3, 99, 6), range(91, 0, -6), strict=False)][:16]
 
@@ -74,7 +76,7 @@ def start_server(model: Path, port: int, threads: int) -> subprocess.Popen[bytes
     env = {**os.environ, "CORL_ADMIN_TOKEN": TOKEN, "CORL_NUM_THREADS": str(threads), "CORL_LOG_LEVEL": "WARNING"}
     serve = ["serve", "model", "--model", str(model), "--port", str(port)]
     cmd = [sys.executable, "-c", "from corl.cli import main; main()", *serve]
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL)
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, preexec_fn=die_with_parent())
     for attempt in Retrying(
         stop=stop_after_delay(180),
         wait=wait_fixed(0.2),

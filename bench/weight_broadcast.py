@@ -95,7 +95,7 @@ class Prober:
 @contextmanager
 def servers(model_dir: Path, count: int, log_dir: Path) -> Iterator[list[str]]:
     """``count`` model servers of ``model_dir``, ready; one torch thread each."""
-    from corl.embedded.processes import corl_command, terminate
+    from corl.embedded.processes import corl_command, die_with_parent, terminate
     from corl.health import running, wait_healthy
     from corl.redis_server import free_port
 
@@ -106,7 +106,9 @@ def servers(model_dir: Path, count: int, log_dir: Path) -> Iterator[list[str]]:
             port = free_port()
             cmd = corl_command("serve", "model", "--model", str(model_dir), "--name", "m", "--port", str(port))
             with (log_dir / f"server-{i}.log").open("ab") as out:
-                procs.append(subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT))
+                procs.append(
+                    subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, preexec_fn=die_with_parent())
+                )
             urls.append(f"http://127.0.0.1:{port}")
         for url, proc in zip(urls, procs, strict=True):
             wait_healthy(f"{url}/readyz", 900, alive=running(proc, lambda: f"see {log_dir}"))

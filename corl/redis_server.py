@@ -22,7 +22,7 @@ from types import TracebackType
 
 import redis
 
-from corl.embedded.processes import terminate
+from corl.embedded.processes import die_with_parent, terminate
 
 log = logging.getLogger(__name__)
 
@@ -109,8 +109,13 @@ class LocalRedis:
         ]
         # Its own session: a Ctrl-C in the terminal reaches only the owner, which closes Redis after
         # the processes that still write to it (trainers acknowledge their last batches on the way out).
+        # An owner killed outright takes it along (SIGTERM: Redis writes its append-only file and exits).
         self._proc = subprocess.Popen(
-            args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+            args,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+            preexec_fn=die_with_parent(),
         )
         self.url = f"redis://:{password}@127.0.0.1:{self.port}/0"
         self._wait(timeout_s)

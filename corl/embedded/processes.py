@@ -8,13 +8,14 @@ can shut the rest down instead of hanging (``no``, the default).
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -92,7 +93,12 @@ class ProcessGroup:
             # A new session per child, so a Ctrl-C in the terminal reaches only the supervisor,
             # which then stops the children in order.
             child.proc = subprocess.Popen(
-                child.args, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
+                child.args,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+                preexec_fn=die_with_parent(),
             )
         log.info("started %s (pid %d): %s", child.name, child.proc.pid, " ".join(child.args))
 
@@ -170,6 +176,29 @@ def _signal(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:
         os.killpg(proc.pid, sig)
     except ProcessLookupError:
         pass
+
+
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+_libc = ctypes.CDLL(None, use_errno=True) if sys.platform == "linux" else None
+
+
+def die_with_parent() -> Callable[[], None] | None:
+    """A ``preexec_fn`` for a child that must not outlive this process: on Linux the kernel sends it
+    SIGTERM when this process dies, a SIGKILL or the OOM killer included, where its own session would
+    otherwise leave it running (a model server holding gigabytes, a Redis holding the port). The
+    kernel ties the signal to the *thread* that starts the child: start such children from a thread
+    that lives as long as they should (the supervisors here start them from their main thread).
+    None elsewhere: a supervisor's own ``finally`` is then the only stop."""
+    if _libc is None:
+        return None
+    parent, prctl = os.getpid(), _libc.prctl
+
+    def preexec() -> None:  # runs in the child between fork and exec: nothing that takes a lock
+        prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+        if os.getppid() != parent:  # the parent died before the line above took effect
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    return preexec
 
 
 def exit_on_sigterm() -> None:

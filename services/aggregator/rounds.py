@@ -74,6 +74,7 @@ class RoundDriver:
         self.sampling = cfg.sampling()
         self.mode = REWARD_MODES[cfg.reward.mode]
         self.round_state = RoundState()
+        self.halted = False  # set by a stop signal: no round starts after it, even if a cancel is lost
         self._trained = [m.name for m in cfg.members if m.role == "trained"]
         self._order = [m.name for m in cfg.members]
 
@@ -95,7 +96,7 @@ class RoundDriver:
 
     async def run_forever(self) -> None:
         max_rounds = self.cfg.rounds.max_rounds
-        while max_rounds is None or self.round_state.next_round < max_rounds:
+        while not self.halted and (max_rounds is None or self.round_state.next_round < max_rounds):
             try:
                 res = await self.run_round()
             except asyncio.CancelledError:
@@ -108,7 +109,10 @@ class RoundDriver:
                 await asyncio.sleep(self.settings.backpressure_poll_s)
             elif res.status == "no_quorum":
                 await asyncio.sleep(self.settings.quorum_retry_s)
-        log.info("run %s: reached max_rounds=%s", self.cfg.run_id, max_rounds)
+        if self.halted:
+            log.info("run %s: rounds halted at round %d", self.cfg.run_id, self.round_state.next_round)
+        else:
+            log.info("run %s: reached max_rounds=%s", self.cfg.run_id, max_rounds)
 
     async def _open_members(self) -> list[str] | None:
         """Trained members with room in their stream; None when the round must wait."""

@@ -49,7 +49,7 @@ def embedded_config(
     if teachers not in (None, "start"):
         raise ValueError(f"teachers={teachers!r}: the one kind of teacher is 'start' (the starting weights)")
     for key, value in overrides.items():
-        _set_path(data, key, value)
+        set_path(data, key, value)
     if teachers == "start":
         data["members"] = with_start_teachers(data["members"])
     data["redis_url"] = redis_url
@@ -86,7 +86,7 @@ def with_start_teachers(members: list[dict]) -> list[dict]:
     return [*members, *teachers]
 
 
-def _set_path(data: dict, dotted: str, value: object) -> None:
+def set_path(data: dict, dotted: str, value: object) -> None:
     """Set ``a.b.c`` in nested dicts (``rounds.max_rounds=20``)."""
     *parents, last = dotted.split(".")
     node = data

@@ -1,7 +1,8 @@
 """One table from several experiments: ``corl experiment``'s output directories, each run with its
-own ``--set`` overrides, combined into one summary.csv and results.md. A row is labelled by its
-mode and, when its experiment changed the config, by the overrides (``peer_pool [votes.samples=1]``),
-so a config variant of a mode reads as its own row, compared against the same ground-truth runs."""
+own config file or ``--set`` overrides, combined into one summary.csv and results.md. A row is
+labelled by its mode and, where its experiment's reward settings differ from the defaults or it set
+other overrides, by those (``peer_pool [votes.samples=8, votes.temperature=0.5]``), so a config
+variant of a mode reads as its own row, compared against the same ground-truth runs."""
 
 from __future__ import annotations
 
@@ -10,12 +11,43 @@ import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from corl.config.reward import RewardConfig
+from corl.proto import VOTE_READING_MODES
+
 from .report import METRICS, MemberResult, load_history
 
 
-def variant_label(mode: str, overrides: Mapping[str, object]) -> str:
-    """``mode`` alone, or with the experiment's overrides (``reward.`` dropped) in brackets."""
-    extra = {k.removeprefix("reward."): v for k, v in overrides.items() if k != "reward.mode"}
+def reward_settings(reward: RewardConfig) -> dict[str, object]:
+    """A run's reward settings that differ from the defaults, flattened (``votes.samples``), its mode
+    aside: what an experiment records so that its rows are labelled by what they ran with, whether the
+    setting came from ``--set`` or from the config file."""
+
+    def flat(d: Mapping[str, object], prefix: str = "") -> dict[str, object]:
+        out: dict[str, object] = {}
+        for k, v in d.items():
+            out.update(flat(v, f"{prefix}{k}.") if isinstance(v, Mapping) else {f"{prefix}{k}": v})
+        return out
+
+    return {k: v for k, v in flat(reward.model_dump(exclude_defaults=True)).items() if k != "mode"}
+
+
+def experiment_settings(meta: Mapping[str, object]) -> dict[str, object]:
+    """An experiment's settings for its labels: its recorded reward settings and its other overrides
+    (an experiment.json written before reward settings were recorded: its ``reward.`` overrides)."""
+    overrides: Mapping[str, object] = meta.get("overrides") or {}  # type: ignore[assignment]
+    reward = meta.get("reward")
+    if reward is None:
+        reward = {k.removeprefix("reward."): v for k, v in overrides.items() if k.startswith("reward.")}
+    others = {k: v for k, v in overrides.items() if not k.startswith("reward.")}
+    return {**reward, **others}  # type: ignore[dict-item]
+
+
+def variant_label(mode: str, settings: Mapping[str, object]) -> str:
+    """``mode`` alone, or with the settings it ran with in brackets (vote settings only for a mode
+    that reads votes: the others draw none)."""
+    extra = {
+        k: v for k, v in settings.items() if k != "mode" and (mode in VOTE_READING_MODES or not k.startswith("votes."))
+    }
     return mode if not extra else f"{mode} [{', '.join(f'{k}={v}' for k, v in sorted(extra.items()))}]"
 
 
@@ -24,14 +56,14 @@ def _floats(row: Mapping[str, str], when: str) -> dict[str, float]:
 
 
 def read_experiment(out: Path) -> tuple[list[MemberResult], dict[str, list[dict]]]:
-    """An experiment directory's rows, relabelled by its overrides, and the first seed's histories."""
+    """An experiment directory's rows, relabelled by its settings, and the first seed's histories."""
     meta = json.loads((out / "experiment.json").read_text())
-    overrides = meta.get("overrides") or {}
+    settings = experiment_settings(meta)
     with (out / "summary.csv").open(newline="") as f:
         rows = list(csv.DictReader(f))
     results = [
         MemberResult(
-            variant_label(r["mode"], overrides) if r["mode"] != "none" else "none",
+            variant_label(r["mode"], settings) if r["mode"] != "none" else "none",
             int(r["seed"]),
             r["member"],
             _floats(r, "before"),
@@ -45,7 +77,7 @@ def read_experiment(out: Path) -> tuple[list[MemberResult], dict[str, list[dict]
     for mode in dict.fromkeys(r["mode"] for r in rows):
         path = out / "runs" / f"{mode}-seed{first}" / "metrics.jsonl"
         if path.exists():
-            histories[variant_label(mode, overrides)] = load_history(path)
+            histories[variant_label(mode, settings)] = load_history(path)
     return results, histories
 
 

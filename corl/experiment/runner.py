@@ -13,12 +13,14 @@ from rich.console import Console
 
 from corl.cohort.evaluate import evaluate_member
 from corl.config import CohortConfig
-from corl.embedded.config import PLANNED_REDIS_URL, cohort_members, embedded_config
+from corl.config.reward import RewardConfig
+from corl.embedded.config import PLANNED_REDIS_URL, cohort_members, embedded_config, set_path
 from corl.embedded.resume import check_resumable, stored_config
 from corl.embedded.run import RunOptions, run_embedded, start_redis
 from corl.proto import HeldoutAccuracy
 from corl.tasks import get_task
 
+from .combine import reward_settings
 from .report import MemberResult, load_history, write_report
 
 ALL_MODES = ("none", "ground_truth", "self_vote", "peer_label", "peer_agreement", "peer_pool")
@@ -168,6 +170,7 @@ def run_experiment(cohort_dir: Path, out: Path, opts: ExperimentOptions, console
                 "seeds": list(opts.seeds),
                 "rounds": opts.rounds,
                 "overrides": opts.overrides,
+                "reward": reward_settings(_reward(opts)),  # what the rows are labelled by (corl experiment-table)
                 "config": opts.base.run_id if opts.base else None,
                 "seconds": round(time.monotonic() - t0, 1),
             },
@@ -175,6 +178,15 @@ def run_experiment(cohort_dir: Path, out: Path, opts: ExperimentOptions, console
         )
     )
     return results
+
+
+def _reward(opts: ExperimentOptions) -> RewardConfig:
+    """The reward section every run of the experiment shares (its mode aside): the config's, overridden."""
+    data = opts.base.reward.model_dump(mode="json") if opts.base else {}
+    for key, value in opts.overrides.items():
+        if key.startswith("reward."):
+            set_path(data, key.removeprefix("reward."), value)
+    return RewardConfig.model_validate(data)
 
 
 def _write(results: list[MemberResult], histories: dict[str, list[dict]], out: Path, opts: ExperimentOptions) -> None:

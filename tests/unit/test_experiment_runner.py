@@ -108,6 +108,18 @@ def test_a_mode_limited_to_fewer_seeds_runs_only_its_first_ones_and_the_table_sa
     assert "| ground_truth (3) |" in table and "| self_vote (1) |" in table
 
 
+def test_the_experiment_records_the_reward_settings_its_runs_shared_from_the_config_and_the_overrides(
+    tmp_path: Path, finished_runs: list[tuple[str, dict | None]]
+) -> None:
+    base = parse_config({"members": MEMBERS, "reward": {"votes": {"samples": 8, "temperature": 0.5}}})
+    overrides = {"reward.votes.temperature": 0.7, "reward.threshold": 0.5, "training.lr": 1e-5}
+    opts = runner.ExperimentOptions(modes=["ground_truth"], base=base, overrides=overrides)
+    runner.run_experiment(tmp_path, tmp_path / "out", opts, Console(quiet=True))
+    meta = json.loads((tmp_path / "out" / "experiment.json").read_text())
+    assert meta["reward"] == {"threshold": 0.5, "votes.samples": 8, "votes.temperature": 0.7}
+    assert meta["overrides"] == overrides
+
+
 @pytest.mark.parametrize("spec", ["self_vote:0", "self_vote:x", "self_vote:"])
 def test_a_bad_seed_limit_is_refused(spec: str) -> None:
     import typer

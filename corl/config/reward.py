@@ -85,6 +85,13 @@ class RewardConfig(_Section):
         description="A mode of corl.rewards.modes.REWARD_MODES; default: the best label-free one in docs/RESULTS.md.",
     )
     threshold: float = Field(default=0.0, ge=0.0, le=1.0, description="Min plurality share for a pseudo-label.")
+    surer_peers: bool = Field(
+        default=False,
+        description="peer_pool: a member takes its peers' label on a prompt only where the label's share of "
+        "their pooled ballots is above its own plurality's share of its ballots (its peers are surer than it "
+        "is); elsewhere the prompt gives it no label. Its own answers decide where a label is taken, never "
+        "what it is.",
+    )
     topology: Literal["all", "ring"] = Field(
         default="all", description="Who supervises a member: all other members, or its ring predecessor."
     )

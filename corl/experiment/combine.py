@@ -42,12 +42,16 @@ def experiment_settings(meta: Mapping[str, object]) -> dict[str, object]:
     return {**reward, **others}  # type: ignore[dict-item]
 
 
+def _applies(setting: str, mode: str) -> bool:
+    if setting.startswith("votes."):
+        return mode in VOTE_READING_MODES
+    return mode == "peer_pool" if setting == "surer_peers" else True
+
+
 def variant_label(mode: str, settings: Mapping[str, object]) -> str:
     """``mode`` alone, or with the settings it ran with in brackets (vote settings only for a mode
-    that reads votes: the others draw none)."""
-    extra = {
-        k: v for k, v in settings.items() if k != "mode" and (mode in VOTE_READING_MODES or not k.startswith("votes."))
-    }
+    that reads votes: the others draw none; ``surer_peers`` only for ``peer_pool``)."""
+    extra = {k: v for k, v in settings.items() if k != "mode" and _applies(k, mode)}
     return mode if not extra else f"{mode} [{', '.join(f'{k}={v}' for k, v in sorted(extra.items()))}]"
 
 

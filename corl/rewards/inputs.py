@@ -98,6 +98,7 @@ class RewardInputs:
     members: Sequence[str]  # who gets rewards
     votes: Answers | None = None  # samples drawn only to vote (``reward.votes``); None: ``answers`` vote
     threshold: float = 0.0
+    surer_peers: bool = False  # peer_pool: a label only where the peers are surer than the member
     topology: Literal["all", "ring"] = "all"
     order: Sequence[str] | None = None
     teachers: Mapping[str, str] | None = None  # teacher -> the one member it votes for (beside its peers)

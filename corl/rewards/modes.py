@@ -69,7 +69,8 @@ _MODES = (
         "peer_pool",
         peer_pool_rewards,
         "1 if the answer equals the plurality of the other members' samples pooled together (every "
-        "peer sample one vote; ties and pooled shares below `threshold` give no label)",
+        "peer sample one vote; ties and pooled shares below `threshold` give no label; with `surer_peers`, "
+        "neither does a prompt where the member is surer of its own plurality than its peers of theirs)",
         peer=True,
     ),
     RewardMode(
@@ -153,6 +154,7 @@ def compute_rewards(
     *,
     members: Sequence[str] | None = None,
     threshold: float = 0.0,
+    surer_peers: bool = False,
     topology: Literal["all", "ring"] = "all",
     order: Sequence[str] | None = None,
     reliability: Mapping[str, float] | None = None,
@@ -168,7 +170,8 @@ def compute_rewards(
     votes (frozen members too). ``reliability`` (member -> weight, default 1.0) weighs
     ``peer_agreement`` votes. ``dataset_answers`` reaches only modes that use labels. ``votes``:
     samples drawn only to vote (default: the rewarded ``answers`` vote). ``teachers``: teacher ->
-    the one member it votes for, beside that member's peers. ``formatted``, ``seed``, ``p``: the controls'."""
+    the one member it votes for, beside that member's peers. ``formatted``, ``seed``, ``p``: the
+    controls'. ``surer_peers``: ``peer_pool``'s abstention where the member is surer than its peers."""
     spec = REWARD_MODES.get(mode)  # type: ignore[call-overload]
     if spec is None or spec.judged:
         hint = "; peer_judge rewards come from judge_rewards()" if mode == "peer_judge" else ""
@@ -179,6 +182,7 @@ def compute_rewards(
         votes=votes,
         members=list(members) if members is not None else list(answers),
         threshold=threshold,
+        surer_peers=surer_peers,
         topology=topology,
         order=order,
         teachers=teachers,

@@ -150,6 +150,7 @@ def grade_round(
             votes=ballots,
             members=present,
             threshold=reward.threshold,
+            surer_peers=reward.surer_peers,
             topology=reward.topology,
             order=order,
             teachers=teachers,

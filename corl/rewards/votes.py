@@ -76,11 +76,32 @@ def pooled_labels(answers: Answers, sups: Sequence[str], n_prompts: int, thresho
     return [pseudo_label([a for s in sups for a in answers[s][p]], threshold) for p in range(n_prompts)]
 
 
+def share(samples: Sequence[str | None], answer: str | None) -> float:
+    """``answer``'s share of ``samples``, unparseable ones included (0 for no answer or no samples)."""
+    return sum(1 for a in samples if a == answer) / len(samples) if answer is not None and samples else 0.0
+
+
+def surer_labels(ballots: Answers, member: str, sups: Sequence[str], labels: Sequence[str | None]) -> list[str | None]:
+    """``labels`` kept only where the supervisors are surer than ``member``: the label's share of their
+    pooled ballots above the share of the member's own plurality in its ballots. A member that is sure
+    of an answer is not overruled by peers less sure of theirs; its own answers only decide *where* a
+    peer label is taken, never what it is."""
+    kept: list[str | None] = []
+    for p, label in enumerate(labels):
+        pooled = [a for s in sups for a in ballots[s][p]]
+        own = ballots[member][p]
+        kept.append(label if share(pooled, label) > share(own, plurality(own)) else None)
+    return kept
+
+
 def peer_pool_rewards(inp: RewardInputs) -> RewardOutcome:
     """1 if the sample equals the plurality of the supervisors' pooled samples, else 0; a prompt
-    whose pooled vote is tied or below ``threshold`` gives 0 to all its samples."""
+    whose pooled vote is tied or below ``threshold`` (or, with ``surer_peers``, no surer than the
+    member's own ballots) gives 0 to all its samples."""
     n = inp.n_prompts
     labels = {m: pooled_labels(inp.ballots, inp.supervisors(m), n, inp.threshold) for m in inp.members}
+    if inp.surer_peers:
+        labels = {m: surer_labels(inp.ballots, m, inp.supervisors(m), labels[m]) for m in inp.members}
     rewards = {m: [_match(s, lab) for s, lab in zip(inp.answers[m], labels[m], strict=True)] for m in inp.members}
     return _outcome(inp, rewards, labels)
 

@@ -160,6 +160,50 @@ def test_peer_pool_counts_every_peer_sample_where_peer_label_ties() -> None:
     assert abstain.labels["a"] == [None] and abstain.rewards["a"] == [[0.0, 0.0, 0.0]]
 
 
+def test_surer_peers_take_a_label_only_where_the_peers_are_surer_than_the_member() -> None:
+    """Prompt 0: a is sure of 7 (3 of 4), its peer b less sure of 5 (2 of 4): a takes no label, where
+    plain peer_pool would teach it b's 5, and b, less sure than a, takes a's 7. Prompt 1: b (5, 3 of 4)
+    is surer than a (2 of 4): a takes 5; a's own vote ties, so b has no label either way."""
+    answers: Answers = {
+        "a": [["7", "7", "7", "5"], ["5", "5", "6", "6"]],
+        "b": [["5", "5", "7", None], ["5", "5", "5", "6"]],
+    }
+    plain = compute_rewards("peer_pool", answers)
+    assert plain.labels == {"a": ["5", "5"], "b": ["7", None]}  # prompt 1: a's 5 and 6 tie
+    surer = compute_rewards("peer_pool", answers, surer_peers=True)
+    assert surer.labels == {"a": [None, "5"], "b": ["7", None]}
+    assert surer.rewards["a"] == [[0.0] * 4, [1.0, 1.0, 0.0, 0.0]]
+    assert surer.rewards["b"] == [[0.0, 0.0, 1.0, 0.0], [0.0] * 4]
+    # Equal shares: no label (the peers must be surer, not as sure).
+    tie: Answers = {"a": [["7", "7", "1", "2"]], "b": [["5", "5", "3", "4"]]}
+    assert compute_rewards("peer_pool", tie, surer_peers=True).labels == {"a": [None], "b": [None]}
+    # The member's own answers decide only where a label is taken: never what it is.
+    rng = random.Random("surer")
+    for _ in range(200):
+        round_, names = _random_round(rng)
+        out, base = compute_rewards("peer_pool", round_, surer_peers=True), compute_rewards("peer_pool", round_)
+        for m in names:
+            assert all(lab is None or lab == b for lab, b in zip(out.labels[m], base.labels[m], strict=True))
+
+
+def test_the_config_s_surer_peers_reaches_a_graded_round() -> None:
+    from corl.config import RewardConfig
+    from corl.proto import GenerateResponse
+    from corl.rewards import grade_round
+    from corl.tasks import get_task
+
+    def response(texts: list[str]) -> GenerateResponse:
+        samples = [{"text": t, "token_ids": [1], "logprobs": [0.0], "finish_reason": "stop"} for t in texts]
+        results = [{"prompt": "Calculate 3 + 4.", "prompt_token_ids": [1], "samples": samples}]
+        return GenerateResponse.model_validate({"model": "m", "weight_version": 0, "results": results})
+
+    responses = {"a": response(["7", "7", "7", "5"]), "b": response(["5", "5", "7", "x"])}
+    weights, task = {"a": 1.0, "b": 1.0}, get_task("arith")
+    assert grade_round(responses, task, RewardConfig(), weights).members["a"].labels == ["5"]
+    surer = grade_round(responses, task, RewardConfig(surer_peers=True), weights)
+    assert surer.members["a"].labels == [None] and surer.members["b"].labels == ["7"]
+
+
 # --- peer_agreement -------------------------------------------------------------------------
 
 

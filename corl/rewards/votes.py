@@ -1,7 +1,8 @@
 """Vote-style rewards: peer labels, soft peer agreement and the two baselines.
 
 Every function here is pure. A member's rewards are computed from its peers' canonical answers
-only; its own answers decide which of its samples match, never what they are matched against.
+only; its own answers decide which of its samples match, never what they are matched against
+(``surer_peers`` lets them decide also whether a prompt has a label at all).
 Dataset answers are read by the ``ground_truth`` baseline and nowhere else.
 """
 

@@ -43,9 +43,14 @@ def pseudo_label(answers: Sequence[str | None], threshold: float = 0.0) -> str |
     label = plurality(answers)
     if label is None or not answers:
         return None
-    if threshold > 0.0 and sum(1 for a in answers if a == label) / len(answers) < threshold:
+    if threshold > 0.0 and share(answers, label) < threshold:
         return None
     return label
+
+
+def share(samples: Sequence[str | None], answer: str | None) -> float:
+    """``answer``'s share of ``samples``, unparseable ones included (0 for no answer or no samples)."""
+    return sum(1 for a in samples if a == answer) / len(samples) if answer is not None and samples else 0.0
 
 
 def supervisors(

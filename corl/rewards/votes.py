@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from .inputs import Answers, RewardInputs, RewardOutcome, check_shapes, plurality, pseudo_label
+from .inputs import Answers, RewardInputs, RewardOutcome, check_shapes, plurality, pseudo_label, share
 
 
 def _match(samples: Sequence[str | None], label: str | None) -> list[float]:
@@ -75,11 +75,6 @@ def pooled_labels(answers: Answers, sups: Sequence[str], n_prompts: int, thresho
     on a tie, with no valid vote, or (abstention) when the winner's share of all pooled samples,
     unparseable ones included, is below ``threshold``."""
     return [pseudo_label([a for s in sups for a in answers[s][p]], threshold) for p in range(n_prompts)]
-
-
-def share(samples: Sequence[str | None], answer: str | None) -> float:
-    """``answer``'s share of ``samples``, unparseable ones included (0 for no answer or no samples)."""
-    return sum(1 for a in samples if a == answer) / len(samples) if answer is not None and samples else 0.0
 
 
 def surer_labels(ballots: Answers, member: str, sups: Sequence[str], labels: Sequence[str | None]) -> list[str | None]:

@@ -37,6 +37,7 @@ from .settings import TrainerSettings
 log = logging.getLogger(__name__)
 
 _MARGIN_S = 15.0  # HTTP answers come once the collectives end: their timeout plus this
+POOL = 3  # shared-memory segments per group: two held by the replicas (serving, spare) and one to write
 
 
 class WeightBroadcaster:
@@ -63,8 +64,9 @@ class WeightBroadcaster:
         self.group: xfer.TransferGroup | None = None
         self.replicas: list[str] = []  # the group's replicas, in rank order
         self.dtype: torch.dtype | None = None  # the replicas' serving dtype: floating tensors are sent in it
-        self.local = False  # every replica of the group is on this host: versions go through ``segment``
-        self.segment: xfer.shared.Segment | None = None
+        self.local = False  # every replica of the group is on this host: versions go through ``segments``
+        self.segments: list[xfer.shared.Segment] = []  # each holds one version; replicas may hold it as weights
+        self.held: frozenset[int] | None = frozenset()  # the segments' ids replicas hold (None: every one)
         self.excluded: set[str] = set()
         self._store: dist.TCPStore | None = None
         self._address = ""
@@ -153,7 +155,7 @@ class WeightBroadcaster:
 
     def close_group(self) -> None:
         group, self.group, self.replicas, self.local = self.group, None, [], False
-        self._drop_segment()
+        self._drop_segments()
         if group is not None:
             group.close()  # the replicas' pending collectives fail at once; they leave it on their next call
 
@@ -226,7 +228,7 @@ class WeightBroadcaster:
         try:
             sent = group.send(version, self._on_device(snapshot.values()), local=segment is not None)
             if segment is not None:
-                self._segment_used(group.last_local)
+                self._segment_used(segment, group.last_local, group.last_held)
         except xfer.TransferRefused:
             refused = True  # nothing moved; the group stays whole
         except xfer.TransferError as err:
@@ -256,49 +258,90 @@ class WeightBroadcaster:
         log.info("%s: version %d broadcast to %s in %.3fs (%d bytes)", self.member, version, got, seconds, sent)
         return outcomes
 
-    # -- the shared-memory segment (replicas on this host) -------------------------------------------
+    # -- the shared-memory segments (replicas on this host) ------------------------------------------
+    # Replicas take a version's pages as their weights, without a copy, and keep them while that
+    # version serves and while it is their spare. So a version goes into a segment no replica holds (a
+    # pool of ``POOL``: in steady state each replica holds the last two, and the third is free), and the
+    # trainer learns what each holds at the end of every version. A segment a replica may still hold is
+    # never written again: when none is free, one is retired (unlinked and let go; the replicas' maps stay
+    # valid) and a fresh one takes its place.
 
     def staging(self, previous: dict[str, torch.Tensor] | None) -> dict[str, torch.Tensor] | None:
-        """Where the next snapshot should be taken into: the segment's views where there is one that
-        fits ``previous`` (the last snapshot), so that a version is in shared memory without a copy."""
-        segment = self.segment
-        return segment.views if segment is not None and previous is not None and segment.fits(previous) else previous
+        """Where the next snapshot should be taken into: a free segment's views where one fits
+        ``previous`` (the last snapshot), so that a version is in shared memory without a copy; else
+        ``previous`` (its memory already touched), unless it lies in a segment (a replica may hold it)."""
+        segment = self._free(previous) if previous is not None else None
+        if segment is not None:
+            return segment.views
+        return None if xfer.shared.in_segment(previous) else previous
+
+    def _free(self, like: dict[str, torch.Tensor]) -> xfer.shared.Segment | None:
+        held = self.held
+        if held is None:
+            return None
+        return next((s for s in self.segments if s.id not in held and s.fits(like)), None)
 
     def _segment_for(self, snapshot: dict[str, torch.Tensor]) -> xfer.shared.Segment | None:
-        """The segment holding ``snapshot`` (made, or copied into, as needed); None: the sockets."""
+        """The segment holding ``snapshot`` (a free one copied into, or a new one, as needed); None: the sockets."""
         if not self.local:
             return None
-        segment = self.segment
-        if segment is None or not segment.fits(snapshot):
-            self._drop_segment()
-            try:
-                segment = self.segment = xfer.shared.Segment.create(self.member, snapshot)
-            except (OSError, xfer.shared.SharedMemoryError) as err:
-                log.warning("%s: no shared-memory segment (%s): versions go through the sockets", self.member, err)
-                self.local = False
+        segment = next((s for s in self.segments if s.holds(snapshot)), None)
+        if segment is not None:
+            return segment
+        # A group's first versions; and every version of a sharded trainer, whose snapshot is gathered anew.
+        segment = self._free(snapshot)
+        if segment is None:
+            self._retire(snapshot)
+            made = self._fill(snapshot)
+            if not made:
                 return None
-        # A group's first version; and every version of a sharded trainer, whose snapshot is gathered anew.
-        if not segment.holds(snapshot):
-            for name, t in snapshot.items():
-                segment.views[name].copy_(t)
+            segment = made[0]
+        for name, t in snapshot.items():
+            segment.views[name].copy_(t)
         return segment
 
-    def _segment_used(self, local: bool) -> None:
-        """After a send that offered the segment: every replica has mapped it (``local``), so the file
-        can go (the memory stays while mapped); or one could not, and the group keeps to the sockets."""
+    def _fill(self, like: dict[str, torch.Tensor]) -> list[xfer.shared.Segment]:
+        """New segments up to ``POOL`` (all at once: their pages are paid for here, in the background of
+        a group's first version, not in a later training step); none, and the sockets, if none could be
+        made."""
+        made: list[xfer.shared.Segment] = []
+        while len(self.segments) < POOL:
+            try:
+                made.append(xfer.shared.Segment.create(self.member, like))
+            except (OSError, xfer.shared.SharedMemoryError) as err:
+                log.warning("%s: no room for another shared-memory segment (%s)", self.member, err)
+                break
+            self.segments.append(made[-1])
+        if not made:
+            log.warning("%s: no shared-memory segment: versions go through the sockets", self.member)
+            self.local = False
+            self._drop_segments()
+        return made
+
+    def _retire(self, like: dict[str, torch.Tensor]) -> None:
+        """Make room for a new segment: those of another layout go, and the oldest when the pool is full."""
+        keep = [s for s in self.segments if s.fits(like)]
+        for s in [s for s in self.segments if s not in keep] + keep[: max(0, len(keep) - POOL + 1)]:
+            s.unlink()
+            self.segments.remove(s)
+
+    def _segment_used(self, segment: xfer.shared.Segment, local: bool, held: frozenset[int] | None) -> None:
+        """After a send that offered ``segment``: every replica has opened it (``local``), so the file can
+        go (the memory stays while mapped or open), and ``held`` says what they keep; or one could not
+        map it, and the group keeps to the sockets."""
         if local:
-            if self.segment is not None:
-                self.segment.unlink()
+            segment.unlink()
+            self.held = held
             return
         log.warning("%s: a replica could not map the shared-memory segment: versions go through the sockets",
                     self.member)  # fmt: skip
         self.local = False
-        self._drop_segment()
+        self._drop_segments()
 
-    def _drop_segment(self) -> None:
-        segment, self.segment = self.segment, None
-        if segment is not None:
-            segment.unlink()
+    def _drop_segments(self) -> None:
+        segments, self.segments, self.held = self.segments, [], frozenset()
+        for s in segments:
+            s.unlink()
 
     def _on_device(self, tensors: Any) -> Iterator[torch.Tensor]:
         """Each tensor on the group's device as its turn comes (NCCL: one host-to-device copy at a time)."""

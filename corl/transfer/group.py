@@ -17,8 +17,10 @@ One version, on every rank in the same order:
    them with its own of what arrived (``fingerprint``).
 
 On one host (``shared``): when rank 0 offers a shared-memory segment holding the version and every
-receiver mapped it, step 2 is each receiver copying from its map, all at once; a last all-gather tells
-rank 0 that every receiver is done reading (the segment may then take the next version).
+receiver mapped it, step 2 is each receiver copying from its map, all at once, or (``adopt``) taking
+the segment's pages as its weights without a copy (``borrow``); a last all-gather tells rank 0 that
+every receiver is done reading and which segments each still holds as weights (rank 0 writes no later
+version into those).
 
 Any failed or timed-out collective raises ``TransferError``: the group is then unusable on every rank
 and is closed (which makes the others' pending collectives fail at once instead of at their timeout).
@@ -27,9 +29,10 @@ and is closed (which makes the others' pending collectives fail at once instead 
 from __future__ import annotations
 
 import logging
+import os
 import socket
-from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections import OrderedDict, deque
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Literal
@@ -38,7 +41,7 @@ import torch
 import torch.distributed as dist
 
 from .fingerprint import FingerprintKind, fingerprint
-from .shared import SharedMemoryError, SharedRef, attach
+from .shared import Layout, SharedMemoryError, SharedRef, attach, borrow, open_segment, segment_id, sizes_of, views
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +49,8 @@ GroupBackend = Literal["gloo", "nccl"]
 PIECE_BYTES = 32 << 20
 IN_FLIGHT = 4
 GLOO_CONNECTIONS = 2  # gloo devices per group: ops alternate between them, two TCP streams per peer
+HELD_REPORT = 4  # segments a receiver reports holding; more reads as "every one" (-1)
+BORROWED_MAPS = 4  # a receiver's maps of recent segments, kept for the next version through each
 
 
 class TransferError(RuntimeError):
@@ -129,7 +134,10 @@ class TransferGroup:
         self.kind = fingerprint_kind(spec.backend)
         self.broken = False
         self.last_local = False  # the sender's last version went through shared memory
+        self.last_held: frozenset[int] | None = None  # after it: the segments receivers hold (None: any)
         self._segment: tuple[SharedRef, list[torch.Tensor]] | None = None  # a receiver's map of it
+        self._maps: OrderedDict[SharedRef, _Borrowed] = OrderedDict()  # a receiver's segments (``borrow``)
+        self._holding: frozenset[str] = frozenset()  # the segments its weights lie in, as ``adopt`` said
 
     @property
     def group_id(self) -> str:
@@ -160,6 +168,8 @@ class TransferGroup:
         pg, self._pg = self._pg, None
         self.broken = True
         self._segment = None
+        while self._maps:
+            self._maps.popitem()[1].close()
         if pg is not None:
             try:
                 pg.abort()
@@ -259,8 +269,10 @@ class TransferGroup:
         else:
             self._pipelined(tensors, before, lambda i, t: None)
         self._wait(self._broadcast(torch.tensor(prints, dtype=torch.int64, device=self.device)))
-        if self.last_local:  # every receiver has finished reading the segment: it may be written again
-            self._allgather(torch.ones(1, dtype=torch.int64, device=self.device))
+        if self.last_local:  # every receiver has finished reading: a segment none holds may be written again
+            said = self._allgather(torch.zeros(HELD_REPORT, dtype=torch.int64, device=self.device))[1:]
+            ids = {int(i) for t in said for i in t.tolist() if i}
+            self.last_held = None if -1 in ids else frozenset(ids)
         return sent
 
     def refuse(self, version: int) -> None:
@@ -274,15 +286,23 @@ class TransferGroup:
         dests: Iterable[torch.Tensor],
         on_tensor: Callable[[int, torch.Tensor], None] | None = None,
         segment: SharedRef | None = None,
+        adopt: Callable[[Sequence[torch.Tensor]], Collection[str]] | None = None,
     ) -> None:
         """A receiver: one version into ``dests`` (one per name: contiguous, this group's device, the
         manifest's dtypes and shapes; an iterable may allocate each as its turn comes); ``on_tensor(i,
         t)`` once tensor i is in (an engine loads it, then the buffer may go). ``FingerprintMismatch``
         names the tensors whose bytes differ from what was sent (found after all of them arrived).
         ``segment``: the trainer's shared-memory segment, copied from when every receiver can map it
-        (``dests`` then a sequence, so that its layout is known before the first byte)."""
-        sources = self._map(segment, dests) if segment is not None and isinstance(dests, Sequence) else None
-        local = self.agree(version, True, sources is not None)
+        (``dests`` then a sequence, so that its layout is known before the first byte). ``adopt``:
+        ``dests`` are this receiver's ``borrow`` of ``segment`` already, nothing is copied, and
+        ``adopt(dests)`` takes them as the weights once their fingerprints match (not when they do
+        not) and returns the names of the segments the receiver's weights now lie in: what this rank
+        reports holding (rank 0 writes no later version into those)."""
+        borrowed = dests if adopt is not None and isinstance(dests, Sequence) else None
+        sources = None
+        if borrowed is None and segment is not None and isinstance(dests, Sequence):
+            sources = self._map(segment, dests)
+        local = self.agree(version, True, borrowed is not None or sources is not None)
         prints: list[int] = [0] * len(names)
 
         def after(i: int, t: torch.Tensor) -> None:  # while the next pieces arrive
@@ -290,8 +310,10 @@ class TransferGroup:
             if on_tensor is not None:
                 on_tensor(i, t)
 
-        if local:
-            assert sources is not None
+        if local and borrowed is not None:  # the bytes are there: only their fingerprints to take
+            for i, t in enumerate(borrowed):
+                after(i, t)
+        elif local and sources is not None:
             for i, (t, src) in enumerate(zip(dests, sources, strict=True)):
                 t.view(-1).view(torch.uint8).copy_(src)
                 after(i, t)
@@ -299,11 +321,44 @@ class TransferGroup:
             self._pipelined(dests, lambda i, t: None, after)
         sent = torch.empty(len(names), dtype=torch.int64, device=self.device)
         self._wait(self._broadcast(sent))
-        if local:
-            self._allgather(torch.ones(1, dtype=torch.int64, device=self.device))
         bad = [names[i] for i, (a, b) in enumerate(zip(prints, sent.tolist(), strict=True)) if a != b]
+        if adopt is not None and borrowed is not None:
+            kept = self._maps.get(segment) if segment is not None else None
+            if kept is not None and (bad or not local):  # written through, or not what the trainer wrote:
+                kept.raw = None  # the next version through this segment maps it anew
+            if not bad:
+                self._holding = frozenset(adopt(borrowed))
+        if local:
+            self._allgather(self._held_report())
         if bad:
             raise FingerprintMismatch(bad)
+
+    def borrow(self, segment: SharedRef, like: Layout) -> list[torch.Tensor] | None:
+        """Tensors of ``like``'s dtypes and shapes on this rank's private map of ``segment`` (for a
+        ``receive`` with ``adopt``), or None where it cannot be mapped (the version then comes by
+        copy or the sockets). The map is kept for the next version through the same segment (the
+        trainer unlinks the file once every receiver has it, and writes later versions into it while
+        no receiver holds it): its pages are then the new version's, already mapped."""
+        try:
+            kept = self._maps.get(segment)
+            if kept is None:
+                kept = self._maps[segment] = _Borrowed(open_segment(segment, sizes_of(like)))
+                while len(self._maps) > BORROWED_MAPS:
+                    self._maps.popitem(last=False)[1].close()
+            self._maps.move_to_end(segment)
+            if kept.raw is None:
+                kept.raw = borrow(kept.fd)
+            return views(kept.raw, like)
+        except SharedMemoryError as err:
+            log.warning("weight group %s: cannot borrow the shared segment, the bytes come another way: %s",
+                        self.group_id, err)  # fmt: skip
+            return None
+
+    def _held_report(self) -> torch.Tensor:
+        """The segments this rank's weights lie in, as ``HELD_REPORT`` ids (0: none; -1 first: more)."""
+        ids = sorted(segment_id(name) for name in self._holding)
+        report = ids if len(ids) <= HELD_REPORT else [-1]
+        return torch.tensor(report + [0] * (HELD_REPORT - len(report)), dtype=torch.int64, device=self.device)
 
     def _map(self, segment: SharedRef, dests: Sequence[torch.Tensor]) -> list[torch.Tensor] | None:
         """This rank's map of ``segment`` (made once per segment), or None where it cannot be read."""
@@ -316,6 +371,18 @@ class TransferGroup:
             return None
         self._segment = (segment, sources)
         return sources
+
+
+@dataclass
+class _Borrowed:
+    """A receiver's open segment and its map (made at the first version through it, kept for the next)."""
+
+    fd: int
+    raw: torch.Tensor | None = None
+
+    def close(self) -> None:
+        os.close(self.fd)  # the map, and any weights on it, stay valid
+        self.raw = None
 
 
 def _nccl_group(store: dist.Store, spec: GroupSpec) -> Any:

@@ -12,19 +12,29 @@ sender's fingerprints, the receivers' checks; only the bytes take the shorter ro
 - ``Segment``: the trainer's file, sized for one snapshot (``posix_fallocate``: a full ``/dev/shm``
   fails here, not as a SIGBUS later), mapped shared; unlinked once every replica has mapped it, so
   the memory goes with the last process that maps it, a crash included.
-- ``attach``: a receiver's read-only map of a segment, checked by its token and size.
+- ``attach``: a receiver's read-only map of a segment, checked by its token and size, to copy from.
+- ``borrow``: a receiver's private (copy-on-write) map of a segment, whose ``views`` become its
+  weights without a copy. A segment whose pages a receiver's weights are is *held*: its trainer must
+  not write the next version into it, and does not, because each receiver reports what it holds at
+  the end of every version (the group's last all-gather) and the trainer keeps a pool of segments,
+  writing each version into one no receiver holds. The receiver keeps its map: the next version
+  through that segment is in pages it has already mapped. Nothing writes into a borrowed page (the
+  model server gives a slot memory of its own first); a write would copy the page for that process
+  alone, and the fingerprints of the next version through that map would then not match.
 
 Paths are only ever ``SHARED_DIR/corl-weights-*``: a request cannot name another file.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import mmap
 import os
 import re
 import secrets
 import warnings
+import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +52,11 @@ _MAGIC = b"corl-weights-segment-1\n"
 _HEADER = 4096  # magic and token; the tensors start page-aligned
 _ALIGN = 64
 _POPULATE = getattr(mmap, "MAP_POPULATE", 0)  # Linux: page tables filled at the map, not by a fault per page
+# MAP_POPULATE on a writable private map would copy every page (it faults them in for writing):
+# a borrowed map is filled for reading instead (Linux 5.14+; older kernels fault per page as read).
+_POPULATE_READ = getattr(mmap, "MADV_POPULATE_READ", 22)
+Layout = Sequence[tuple[torch.dtype, Sequence[int]]]  # each tensor's dtype and shape, in order
+_MADE: list[tuple[weakref.ref[mmap.mmap], int, int]] = []  # a trainer's own maps: (map, first address, size)
 
 
 class SharedMemoryError(RuntimeError):
@@ -165,11 +180,17 @@ class Segment:
         offsets, size = layout([_nbytes(t) for t in like.values()])
         ref, mm = _new_file(member, "v", size)
         raw = torch.frombuffer(mm, dtype=torch.uint8)
+        _MADE[:] = [m for m in _MADE if m[0]() is not None]
+        _MADE.append((weakref.ref(mm), raw.data_ptr(), size))
         views = {
             name: raw[at : at + _nbytes(t)].view(t.dtype).view(t.shape)
             for (name, t), at in zip(like.items(), offsets, strict=True)
         }
         return cls(ref, views)  # the views hold the map
+
+    @property
+    def id(self) -> int:
+        return segment_id(self.ref.name)
 
     def fits(self, tensors: Mapping[str, torch.Tensor]) -> bool:
         """Same names, dtypes and shapes, in the same order."""
@@ -187,15 +208,69 @@ class Segment:
             self.linked = False
 
 
+def segment_id(name: str) -> int:
+    """A segment's name as a positive 63-bit number: what a receiver reports it holds."""
+    return int.from_bytes(hashlib.blake2b(name.encode(), digest_size=8).digest(), "little") >> 1
+
+
+def in_segment(tensors: Mapping[str, torch.Tensor] | None) -> bool:
+    """``tensors`` lie in a segment this process made (a trainer must then not reuse them as it would
+    its own buffers: a receiver may hold those pages as its weights)."""
+    first = next(iter(tensors.values()), None) if tensors else None
+    if first is None:
+        return False
+    at = first.data_ptr()
+    return any(start <= at < start + size for mm, start, size in _MADE if mm() is not None)
+
+
+def open_segment(ref: SharedRef, sizes: Sequence[int]) -> int:
+    """A descriptor of ``ref`` checked against the manifest's byte ``sizes`` (a receiver that keeps it
+    can map the segment again after its trainer unlinked the file). ``SharedMemoryError`` when it is
+    not there, not the token's, or not of that layout."""
+    fd, actual = _read_header(ref)
+    size = layout(sizes)[1]
+    if actual != size:
+        os.close(fd)
+        raise SharedMemoryError(f"{ref.path} holds {actual} bytes, the manifest {size}")
+    return fd
+
+
+def sizes_of(like: Layout) -> list[int]:
+    return [torch.Size(shape).numel() * dtype.itemsize for dtype, shape in like]
+
+
+def borrow(fd: int) -> torch.Tensor:
+    """A private map of the open segment ``fd`` as one byte tensor (``views`` cuts it up): the
+    trainer's pages, read without a copy, and what it writes there later; a write through it copies
+    the page for this process only."""
+    try:
+        mm = mmap.mmap(fd, 0, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+    except (OSError, ValueError) as err:
+        raise SharedMemoryError(f"cannot map the segment: {err}") from None
+    try:
+        mm.madvise(_POPULATE_READ)
+    except (OSError, ValueError):
+        pass  # each page is then mapped by its first read
+    return torch.frombuffer(mm, dtype=torch.uint8)
+
+
+def views(raw: torch.Tensor, like: Layout) -> list[torch.Tensor]:
+    """Tensors of ``like``'s dtypes and shapes on a segment's bytes ``raw`` (``borrow``)."""
+    sizes = sizes_of(like)
+    offsets, _ = layout(sizes)
+    return [
+        raw[at : at + n].view(dtype).view(tuple(shape))
+        for (dtype, shape), at, n in zip(like, offsets, sizes, strict=True)
+    ]
+
+
 def attach(ref: SharedRef, sizes: Sequence[int]) -> list[torch.Tensor]:
     """A receiver's read-only (private) map of ``ref``: one byte tensor per tensor of ``sizes`` (the
     manifest's byte sizes, in order). ``SharedMemoryError`` when it is not there, not the token's, or
     not of that layout."""
     offsets, size = layout(sizes)
-    fd, actual = _read_header(ref)
+    fd = open_segment(ref, sizes)
     try:
-        if actual != size:
-            raise SharedMemoryError(f"{ref.path} holds {actual} bytes, the manifest {size}")
         # The trainer's pages, as it writes them; mapped in at once (not a fault per page on the first copy).
         mm = mmap.mmap(fd, size, flags=mmap.MAP_SHARED | _POPULATE, prot=mmap.PROT_READ)
     finally:

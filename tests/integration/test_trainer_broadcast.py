@@ -62,9 +62,13 @@ def test_versions_go_by_broadcast_and_their_files_follow(
             state = trainer.run(max_steps=4)
             b = trainer.broadcaster
             assert b is not None and b.local == (shared_memory and shared.available())
-            if b.local:  # both replicas mapped the segment: its file is gone, the snapshot is taken into it
-                assert b.segment is not None and not b.segment.linked and not b.segment.ref.path.exists()
-                assert trainer._snapshot is not None and b.segment.holds(trainer._snapshot)
+            if b.local:  # the replicas took the versions' pages as their weights, without a copy
+                assert len(b.segments) == 3 and not any(s.linked or s.ref.path.exists() for s in b.segments)
+                held = [s for s in b.segments if b.held is not None and s.id in b.held]
+                free = [s for s in b.segments if s not in held]
+                snapshot = trainer._snapshot
+                assert snapshot is not None and len(held) == 2 and any(s.holds(snapshot) for s in held)
+                assert b.staging(snapshot) is free[0].views  # the next version goes where no replica is
             # The first publish built the group (both replicas answered): every version went through it.
             assert state.weight_version == 4 and pending_count(client, run_id) == 0
             assert trainer.broadcaster is not None and trainer.broadcaster.replicas == [one, two]

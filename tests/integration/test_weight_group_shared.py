@@ -3,7 +3,8 @@ in the trainer's shared-memory segment reaches every receiver byte for byte with
 version after version through the same map; a receiver that cannot map it sends the whole version the
 socket way; bytes that differ from what the trainer fingerprinted are named; the segment is only ever
 a ``corl-weights-*`` file in /dev/shm, its token checked, its memory alive after the unlink, and a
-dead trainer's file swept."""
+dead trainer's file swept. A receiver that borrows the segment takes its pages as weights without
+a copy, and the trainer learns which segments receivers hold and never writes those."""
 
 from __future__ import annotations
 
@@ -12,15 +13,20 @@ import os
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from datetime import timedelta
 from functools import partial
 
+import httpx
 import pytest
 import torch
 import torch.distributed as dist
 from ranks import run_ranks
 
+from corl.trainer import broadcast
+from corl.trainer.broadcast import WeightBroadcaster
+from corl.trainer.metrics import TrainerMetrics
+from corl.trainer.settings import TrainerSettings
 from corl.transfer import FingerprintMismatch, GroupSpec, TransferGroup, shared
 
 NAMES = ["embed", "bias", "big", "empty"]
@@ -184,3 +190,118 @@ def test_a_link_planted_under_a_segment_name_is_not_followed(segment: shared.Seg
             shared.attach(shared.SharedRef(link.name, segment.ref.token), sizes)
     finally:
         link.unlink()
+
+
+def _layout(tensors: dict[str, torch.Tensor]) -> list[tuple[torch.dtype, tuple[int, ...]]]:
+    return [(t.dtype, tuple(t.shape)) for t in tensors.values()]
+
+
+class _Replica:
+    """A receiver that keeps its weights as the model server does: the version serving and the one before."""
+
+    def __init__(self, group: TransferGroup) -> None:
+        self.group = group
+        self.slots: list[tuple[str, list[torch.Tensor]]] = []
+
+    def take(self, version: int, segment: shared.Segment) -> None:
+        pages = self.group.borrow(segment.ref, _layout(segment.views))
+        assert pages is not None
+
+        def adopt(views: Sequence[torch.Tensor]) -> set[str]:
+            self.slots = [(segment.ref.name, list(views)), *self.slots[:1]]
+            return {name for name, _ in self.slots}
+
+        self.group.receive(version, NAMES, pages, segment=segment.ref, adopt=adopt)
+
+
+@pytest.fixture
+def pool() -> Iterator[list[shared.Segment]]:
+    segments = [shared.Segment.create("test-member", _tensors(0)) for _ in range(3)]
+    yield segments
+    for s in segments:
+        s.unlink()
+
+
+def test_receivers_take_the_pages_and_the_trainer_learns_which_they_hold(
+    store: dist.TCPStore, pool: list[shared.Segment]
+) -> None:
+    trainer, a, b = _groups(store, 3)
+    replicas = [_Replica(a), _Replica(b)]
+    # Each version into a segment no replica holds: 0, 1, 2, then 0 again once the replicas let it go.
+    for version, (at, holding) in enumerate([(0, {0}), (1, {0, 1}), (2, {1, 2}), (0, {2, 0})], start=1):
+        sent = _fill(pool[at], version)
+        results = run_ranks(
+            partial(trainer.send, version, list(sent.values()), local=True),
+            *(partial(r.take, version, pool[at]) for r in replicas),
+        )
+        assert results[1:] == [None, None] and trainer.last_local, results
+        assert trainer.last_held == {pool[i].id for i in holding}
+        for r in replicas:  # serving this version, and the one before as the spare
+            for seed, (_, slot) in zip((version, version - 1), r.slots, strict=False):
+                assert all(torch.equal(x, y) for x, y in zip(_tensors(seed).values(), slot, strict=True))
+    serving = replicas[0].slots[0][1][2]
+    # No copy: the replica's weights are the trainer's pages (which the trainer never writes while held) ...
+    pool[0].views["big"][7] += 1.0
+    assert serving[7] == pool[0].views["big"][7]
+    # ... and a write of the replica's own reaches neither the trainer nor the other replica.
+    serving[8] = 123.0
+    assert pool[0].views["big"][8] != 123.0 and replicas[1].slots[0][1][2][8] != 123.0
+
+
+def test_a_borrowed_version_with_changed_bytes_is_not_taken(store: dist.TCPStore, pool: list[shared.Segment]) -> None:
+    trainer, a = _groups(store, 2)
+    sent = _fill(pool[0], 6)
+    pages = a.borrow(pool[0].ref, _layout(pool[0].views))
+    assert pages is not None
+    pages[2][123] += 1.0  # this receiver's page only (copy on write): what it would take differs
+    taken: list[Sequence[torch.Tensor]] = []
+
+    def adopt(views: Sequence[torch.Tensor]) -> set[str]:
+        taken.append(views)
+        return {pool[0].ref.name}
+
+    results = run_ranks(
+        partial(trainer.send, 1, list(sent.values()), local=True),
+        partial(a.receive, 1, NAMES, pages, segment=pool[0].ref, adopt=adopt),
+    )
+    assert isinstance(results[1], FingerprintMismatch) and results[1].names == ["big"] and not taken
+    assert trainer.last_held == frozenset()  # nothing taken, nothing held
+    assert torch.equal(pool[0].views["big"], _tensors(6)["big"]) and not trainer.broken  # the receiver's own write
+    # That map is dropped: the next version through the segment is read from a fresh one (of the file
+    # the receiver keeps open: the trainer has unlinked it), and taken.
+    pool[0].unlink()
+    sent = _fill(pool[0], 7)
+    pages = a.borrow(pool[0].ref, _layout(pool[0].views))
+    assert pages is not None
+    results = run_ranks(
+        partial(trainer.send, 2, list(sent.values()), local=True),
+        partial(a.receive, 2, NAMES, pages, segment=pool[0].ref, adopt=adopt),
+    )
+    assert results[1] is None and len(taken) == 1 and trainer.last_held == {pool[0].id}
+    assert all(torch.equal(x, y) for x, y in zip(_tensors(7).values(), taken[0], strict=True))
+
+
+def test_the_trainer_never_writes_a_segment_a_replica_may_hold() -> None:
+    b = WeightBroadcaster(
+        "test-member", ["http://127.0.0.1:9"], httpx.Client(), {}, TrainerSettings(admin_token="t"),
+        torch.device("cpu"), TrainerMetrics("test-member"),
+    )  # fmt: skip
+    b.local = True
+    try:
+        first = b._segment_for(_tensors(1))  # a group's first version: the pool is made, one filled
+        assert first is not None and len(b.segments) == broadcast.POOL
+        for held in (frozenset(s.id for s in b.segments), None):  # every one held, or not known
+            b.held = held
+            before = {s.id: {n: v.clone() for n, v in s.views.items()} for s in b.segments}
+            assert b.staging(first.views) is None  # a snapshot in a segment is not written in place
+            private = _tensors(2)
+            assert b.staging(private) is private
+            fresh = b._segment_for(private)
+            assert fresh is not None and fresh.id not in before and len(b.segments) == broadcast.POOL
+            # The oldest was let go (the replicas' maps stay valid) and none was written.
+            for s in [first, *b.segments[:-1]] if held is not None else b.segments[:-1]:
+                assert all(torch.equal(v, before[s.id][n]) for n, v in s.views.items())
+        b.held = frozenset({b.segments[0].id, b.segments[1].id})
+        assert b.staging(first.views) is b.segments[2].views  # free: written in place
+    finally:
+        b.close()

@@ -136,21 +136,29 @@ async def test_a_replica_on_the_trainers_host_takes_versions_from_shared_memory(
     finally:
         probe.remove()
     assert unreadable["shared_memory"] is False and joined["shared_memory"] is True
-    tensors = _tensors(path)
-    segment = shared.Segment.create("tiny", tensors)
+    tensors, other = _tensors(path), _tensors(make_weights(8)[0])
+    first, second = (shared.Segment.create("tiny", tensors) for _ in range(2))
     try:
-        for name, t in tensors.items():
-            segment.views[name].copy_(t)
-        sent, resp = await sender.broadcast(client, 1, tensors, segment=segment)
-        assert resp.status_code == 200, resp.text
-        assert sender.group is not None and sender.group.last_local, "the version went through the sockets"
+        for segment, version, weights in ((first, 1, tensors), (second, 2, other)):
+            for name, t in weights.items():
+                segment.views[name].copy_(t)
+            sent, resp = await sender.broadcast(client, version, weights, segment=segment)
+            assert resp.status_code == 200, resp.text
+            assert sender.group is not None and sender.group.last_local, "the version went through the sockets"
+            if version == 1:
+                by_segment = await _greedy(client)
+        # The server took both versions' pages as its weights (serving 2, and 1 as its spare): it holds both.
+        assert sender.group.last_held == {first.id, second.id}
+        # Version 3 by files lands in the spare, which held the first segment's pages: the server writes
+        # into memory of its own, and the trainer's pages keep what it wrote.
+        r = await client.post("/v1/weights", json={"version": 3, "uri": str(path), "sha256": sha}, headers=AUTH)
+        assert r.status_code == 200, r.text
+        assert all(torch.equal(first.views[n], t) for n, t in tensors.items())
     finally:
-        segment.unlink()
-    by_segment = await _greedy(client)
-    r = await client.post("/v1/weights", json={"version": 2, "uri": str(path), "sha256": sha}, headers=AUTH)
-    assert r.status_code == 200, r.text
+        first.unlink()
+        second.unlink()
     by_files = await _greedy(client)
-    assert by_segment[0] == 1 and by_files[0] == 2
+    assert by_segment[0] == 1 and by_files[0] == 3
     assert by_files[1:] == by_segment[1:], "the same weights through shared memory and by files must sample the same"
 
 

@@ -253,6 +253,7 @@ class TransformersBackend(base.Backend):
     def _load_lora(self, slot: Slot, path: str, sha256: str) -> PreTrainedModel:
         weights.verify_adapter(path, sha256)
         deltas = adapters.read_adapter(path, self._reference, self._stored_in_out)
+        slot.own()
         initial = self._initial_values(deltas.keys() | slot.merged, slot.targets)
         # Adapters are relative to the initial weights: what the last one changed is reset first.
         for name in slot.merged - deltas.keys():
@@ -336,6 +337,10 @@ class TransformersBackend(base.Backend):
         except TransferError:
             self._drop(group)
 
+    def _holding(self) -> set[str]:
+        """The trainer's segments whose pages this server's weights are (either slot's)."""
+        return {s.segment for s in (self._active, self._spare) if s is not None and s.segment is not None}
+
     def _drop(self, group: TransferGroup) -> None:
         group.close()
         if self._group is group:
@@ -352,7 +357,7 @@ class TransformersBackend(base.Backend):
         spare = self._spare
         assert spare is not None
         try:
-            spare.receive(group, version, manifest, segment)
+            spare.receive(group, version, manifest, segment, self._holding)
         except base.WeightGroupError:
             self._drop(group)
             raise

@@ -5,7 +5,7 @@
 
 Greedy generation for 4 prompts on one thread, first from the model's own weights, then after every
 weight is pointed at a private map of a segment holding the same bytes (``corl.transfer.shared``, as
-``Slot._adopt`` does); prints the best of the repeats of each.
+``Slot._adopt`` does, with its ``point_at``); prints the best of the repeats of each.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import time
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from corl.services.model.backends.slots import point_at
 from corl.transfer import shared
 
 
@@ -47,13 +48,7 @@ def main() -> None:
             segment.views[name].copy_(t)
         like = [(t.dtype, tuple(t.shape)) for t in state.values()]
         fd = shared.open_segment(segment.ref, shared.sizes_of(like))
-        for (name, _), view in zip(state.items(), shared.views(shared.borrow(fd), like), strict=True):
-            owner, _, attr = name.rpartition(".")
-            module = model.get_submodule(owner)
-            if attr in module._parameters:
-                module._parameters[attr].data = view
-            else:
-                module._buffers[attr] = view
+        point_at(model, list(state), shared.views(shared.borrow(fd), like))
         del state
         borrowed = best()
     finally:

@@ -110,13 +110,19 @@ class Slot:
     def _adopt(self, names: Sequence[str], views: Sequence[torch.Tensor], segment: str) -> None:
         """The slot's weights become ``views`` (a segment's pages): each named parameter or buffer is
         pointed at its view; the tensors it had are let go (so is the segment they were in, if any)."""
-        for name, view in zip(names, views, strict=True):
-            owner, _, attr = name.rpartition(".")
-            module = self.model.get_submodule(owner)
-            param = module._parameters.get(attr)
-            if param is not None:
-                param.data = view  # tied names share the parameter: all follow
-            else:
-                module._buffers[attr] = view
+        point_at(self.model, names, views)
         self.targets = dict(self.model.state_dict())
         self.segment = segment
+
+
+def point_at(model: torch.nn.Module, names: Sequence[str], views: Sequence[torch.Tensor]) -> None:
+    """Each named parameter or buffer of ``model`` becomes its view (no copy; tied names share the
+    parameter, so all of them follow)."""
+    for name, view in zip(names, views, strict=True):
+        owner, _, attr = name.rpartition(".")
+        module = model.get_submodule(owner)
+        param = module._parameters.get(attr)
+        if param is not None:
+            param.data = view
+        else:
+            module._buffers[attr] = view

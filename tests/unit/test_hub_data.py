@@ -36,6 +36,13 @@ def offline(hf_home: tuple[Path, str], monkeypatch: pytest.MonkeyPatch, tmp_path
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "datasets-cache"))  # datasets' own, per test
     monkeypatch.delenv("HF_HUB_CACHE", raising=False)
+    # The libraries read HF_HUB_OFFLINE once, at import: one imported earlier in the session (by another
+    # test) would ask the network for an absent set and wait out its DNS timeouts (24 s here).
+    import datasets.config
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
     return commit
 
 

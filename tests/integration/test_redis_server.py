@@ -1,6 +1,12 @@
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from corl.redis_server import LocalRedis
+
+# A refused client fails at once: redis-py's default retries an AuthenticationError (a ConnectionError)
+# with backoff, about 3.6 s a call here.
+NO_RETRY = Retry(NoBackoff(), 0)
 
 
 def test_local_redis_is_real_and_stops() -> None:
@@ -10,7 +16,7 @@ def test_local_redis_is_real_and_stops() -> None:
         assert r.xlen("s") == 1
         port = srv.port
         # A stranger without the password can neither read nor forge a batch.
-        stranger = redis.Redis(port=port, socket_connect_timeout=0.5)
+        stranger = redis.Redis(port=port, socket_connect_timeout=0.5, retry=NO_RETRY)
         for call in (stranger.ping, lambda: stranger.xadd("corl:run:batches:m", {"batch": "{}"})):
             try:
                 call()
@@ -19,7 +25,7 @@ def test_local_redis_is_real_and_stops() -> None:
                 pass
         assert srv.url.startswith("redis://:") and "password" in {p.name for p in srv.data_dir.iterdir()}
     try:
-        redis.Redis(port=port, socket_connect_timeout=0.5).ping()
+        redis.Redis(port=port, socket_connect_timeout=0.5, retry=NO_RETRY).ping()
         raise AssertionError("redis still answering after close")
     except redis.ConnectionError:
         pass

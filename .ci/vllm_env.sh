@@ -30,6 +30,28 @@ PIP=("$VENV/bin/python" -m pip install --disable-pip-version-check)
 # torchvision/torchaudio/torchcodec come in as dependencies but are built against CUDA torch and
 # break `import vllm` on a CPU machine; the text-only backend needs none of them.
 "$VENV/bin/python" -m pip uninstall -y torchvision torchaudio torchcodec || true
+if [ -n "${CI_BACKGROUND:-}" ]; then
+  # Beside the test suite (.ci/prepare.sh): the project's dependencies, not the project, whose
+  # editable install rewrites the egg-info in the working tree the tests run from.
+  "$VENV/bin/python" - "$ROOT/pyproject.toml" >"$VENV/project-requirements.txt" <<'PY'
+import re, sys, tomllib
+
+project = tomllib.load(open(sys.argv[1], "rb"))["project"]
+extras = project["optional-dependencies"]
+
+
+def expand(reqs):  # "corl[tracking]" names the project's own extra
+    for r in reqs:
+        own = re.fullmatch(r"corl\[(.+)\]", r)
+        yield from (x for e in own.group(1).split(",") for x in expand(extras[e])) if own else [r]
+
+
+print(*project["dependencies"], *expand(extras["dev"]), sep="\n")
+PY
+  "${PIP[@]}" -r "$VENV/project-requirements.txt" "$TORCH_SPEC"
+  echo "vllm env: packages in place; the next run of this script installs the project"
+  exit 0
+fi
 "${PIP[@]}" -e "$ROOT[dev]" "$TORCH_SPEC"
 
 "$VENV/bin/python" - <<'PY'

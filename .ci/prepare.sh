@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The slow preparation of CI's later steps, run beside the test suite at the lowest priority (.ci/run
-# starts it): the container engine and its images, the vLLM environment's packages, then the compose
-# test's CPU image once the project's .venv is installed. Downloads and unpacking mostly, so they
+# starts it): the container engine and its images, the vLLM environment's packages, then, once the
+# project's .venv is installed, the compose test's CPU image and the tiny cohort its stack serves. Downloads and unpacking mostly, so they
 # fill the gaps the tests leave. Best effort: the later steps run the same scripts again, which only
 # check what this finished and do what it did not.
 set -uo pipefail
@@ -18,3 +18,10 @@ for _ in $(seq 180); do
 done
 .venv/bin/python -c "from tests.deploy.live_stack import build_cpu_image; build_cpu_image('podman', '${CORL_IMAGE:-corl:cpu}')" \
   && say "image ${CORL_IMAGE:-corl:cpu} built" || say "image: failed, the compose test builds it"
+# The compose step seeds the stack's cohort volume with cohort/tiny: its cohort-init then skips
+# building and warming four models inside the stack (most of a cold start).
+if [ -f cohort/tiny/cohort.json ] || .venv/bin/corl cohort init --preset tiny --out cohort/tiny; then
+  say "cohort/tiny ready"
+else
+  say "cohort/tiny: failed, the stack's cohort-init builds it"
+fi

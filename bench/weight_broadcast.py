@@ -9,9 +9,15 @@ token and notes the version that answered:
 - ``floor_s``: one in-memory copy of the version's bytes (in the serving dtype) into memory already
   touched, the least any path from the trainer's weights to a server's must cost (taken just before
   each version, under the same load);
-- ``stall_s``: what the trainer's step waits for. broadcast: the CPU snapshot (the broadcast and the
-  files follow in the background); files: the whole publish (write, sha256, xxh3, fsync, rename) and
-  the pushes, one replica after another, as the trainer does;
+- ``stall_s``: what the trainer's step waits for. broadcast, as the trainer does it (``trainer/loop.py``):
+  a thread takes the CPU snapshot (then broadcasts it and writes the files) beside the next step, a
+  forward and backward pass of a short batch, whose optimizer step then waits for the snapshot: the
+  stall is that wait. files: the whole publish (write, sha256, xxh3, fsync, rename) and the pushes,
+  one replica after another, as the trainer does;
+- ``snapshot_s`` (broadcast): the snapshot's own time, beside the step. On shared cores that is CPU
+  time the step loses (on a GPU, a device-to-host copy); ``step_alone_s`` / ``step_beside_s``: that
+  forward and backward pass with nothing publishing, and beside the publish (on two busy cores the
+  step's time varies by more than the snapshot's between repeats, so their difference says little);
 - ``visible_s``: from the trainer having the new weights to the first answer tagged with the new
   version from *every* replica (what a round sees);
 - ``pause_s``: the longest a client's request took while the version arrived, beyond the median before
@@ -40,6 +46,7 @@ from typing import Any
 import httpx
 
 TOKEN = "bench-admin-token"
+STEP_BATCH = (1, 64)  # the next step's batch beside a publish: far shorter than a real step, the harder case
 PROBE = {"prompts": ["1"], "n": 1, "max_tokens": 1, "temperature": 0.0}
 
 
@@ -126,6 +133,42 @@ def copy_once(source: dict[str, Any], dest: dict[str, Any]) -> float:
     return time.perf_counter() - t0
 
 
+class Publish(threading.Thread):
+    """The trainer's publish of one version by broadcast: the snapshot (``taken`` once it has read the
+    weights), then the broadcast, in a thread beside the next step."""
+
+    def __init__(self, model: Any, broadcaster: Any, version: int, staging: Any, uri: str):
+        super().__init__(daemon=True)
+        self.model, self.broadcaster, self.version, self.staging, self.uri = model, broadcaster, version, staging, uri
+        self.taken = threading.Event()
+        self.snapshot: dict[str, Any] = {}
+        self.outcomes: dict[str, str] = {}
+        self.taken_at = self.sent_at = 0.0
+
+    def run(self) -> None:
+        import torch
+
+        from corl.trainer.snapshot import cpu_snapshot
+
+        try:
+            with torch.no_grad():
+                self.snapshot = cpu_snapshot(self.model.state_dict(), self.broadcaster.dtype, self.staging)
+        finally:
+            self.taken_at = time.perf_counter()
+            self.taken.set()
+        self.outcomes = self.broadcaster.send(self.version, self.snapshot, self.uri)
+        self.sent_at = time.perf_counter()
+
+
+def next_step(model: Any, batch: Any) -> float:
+    """Seconds of the forward and backward passes of a trainer's step on ``batch`` (its optimizer step,
+    which changes the weights, is what waits for a snapshot)."""
+    t0 = time.perf_counter()
+    model.zero_grad(set_to_none=True)
+    model(input_ids=batch, labels=batch).loss.backward()
+    return time.perf_counter() - t0
+
+
 def measure(model_dir: Path, replicas: int, repeats: int, work: Path) -> dict[str, Any]:
     """Both paths for one model and ``replicas`` servers: the figures of the module docstring."""
     import torch
@@ -158,31 +201,41 @@ def measure(model_dir: Path, replicas: int, repeats: int, work: Path) -> dict[st
         # once. The floor is then taken under the same load as each version (the probes keep running).
         snapshot = cpu_snapshot(model.state_dict(), broadcaster.dtype)
         dest = {n: torch.empty_like(t) for n, t in snapshot.items()}
+        batch = torch.randint(0, len(tokenizer), STEP_BATCH, generator=torch.Generator().manual_seed(0))
+        next_step(model, batch)  # the gradients' memory, as a trainer's after its first step
         copy_once(snapshot, dest)
         time.sleep(2.0)  # latencies before any update: the pause's baseline
         runs: dict[str, list[dict[str, float]]] = {"broadcast": [], "files": []}
         floors = []
         version = 0
         for _ in range(repeats):
+            step_alone = next_step(model, batch)  # nothing publishing
             with torch.no_grad():  # a new version: different bytes, same names and shapes
                 next(model.parameters()).add_(1e-3)
             version += 1
             floors.append(copy_once(snapshot, dest))
-            t0 = time.perf_counter()
-            snapshot = cpu_snapshot(model.state_dict(), broadcaster.dtype, broadcaster.staging(snapshot))
-            stall = time.perf_counter() - t0
-            outcomes = broadcaster.send(version, snapshot, str(store.path(version)))
-            sent = time.perf_counter()
-            assert set(outcomes.values()) == {"ok"}, f"broadcast failed: {outcomes}"
+            publish = Publish(model, broadcaster, version, broadcaster.staging(snapshot), str(store.path(version)))
+            t0 = time.perf_counter()  # the trainer has the new weights
+            publish.start()
+            step_beside = next_step(model, batch)
+            waited = time.perf_counter()
+            publish.taken.wait()  # the optimizer step's wait
+            stall = time.perf_counter() - waited
+            publish.join()
+            snapshot = publish.snapshot
+            assert set(publish.outcomes.values()) == {"ok"}, f"broadcast failed: {publish.outcomes}"
             seen = max(p.first_seen(version, t0) for p in probers)
             store.save(model, tokenizer, version, "full", state_dict=dict(snapshot))
             runs["broadcast"].append(
                 {
                     "stall_s": stall,
-                    "send_s": sent - t0 - stall,
+                    "snapshot_s": publish.taken_at - t0,
+                    "send_s": publish.sent_at - publish.taken_at,
                     "visible_s": seen - t0,
                     "pause_s": max(p.pause(t0, seen) for p in probers),
-                    "files_after_s": time.perf_counter() - sent,
+                    "files_after_s": time.perf_counter() - publish.sent_at,
+                    "step_alone_s": step_alone,
+                    "step_beside_s": step_beside,
                 }
             )
             version += 1

@@ -9,8 +9,9 @@ in the checkpoint are acknowledged without training. Weight versions come from a
 the maximum of the checkpoint, the weights store and Redis, so a version is never reused; the jump
 that makes over steps lost in a crash is not counted as staleness (see ``staleness``).
 
-Publishing (``training.weight_transfer``): by broadcast, the step waits only for a CPU snapshot of the
-weights in the servers' dtype; a background thread broadcasts it to the member's weight group, then
+Publishing (``training.weight_transfer``): by broadcast, a background thread takes a CPU snapshot of
+the weights in the servers' dtype beside the next step (whose optimizer step waits for it; a trainer
+group takes it in step), broadcasts it to the member's weight group, then
 writes the version's files from the same snapshot and brings every replica the broadcast missed up
 from them. A broadcast version is announced in Redis before it is sent (no restarted trainer reuses
 its number) and counts as published once its files exist. Where no replica can join a group, and for
@@ -21,9 +22,11 @@ from __future__ import annotations
 
 import logging
 import signal
+import threading
 import time
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
+from functools import partial
 from typing import Any
 
 import httpx
@@ -281,7 +284,12 @@ class Trainer:
 
     def publish(self) -> None:
         """A new version of the weights: by broadcast where the member's weight group is (or can be) up,
-        else by files. Waits for the previous version's broadcast and files first (one in flight)."""
+        else by files. Waits for the previous version's broadcast and files first (one in flight).
+
+        By broadcast, one process takes the snapshot beside the next step (the publisher thread reads
+        the weights while the step's forward and backward passes do; its optimizer step waits for the
+        snapshot, ``PolicyTrainer.before_update``); a trainer group takes it here, a collective every
+        rank makes in step."""
         self._wait_publishing()
         b = self.broadcaster
         if b is not None and b.wants_join():
@@ -294,15 +302,40 @@ class Trainer:
             return
         self._show_transfer("broadcast")
         version = self._next_version()
-        t0 = time.perf_counter()
-        snapshot = self.policy.weights_snapshot(b.dtype, b.staging(self._snapshot))
-        assert snapshot is not None  # this is the leader
-        self._snapshot = snapshot
-        self.metrics.labels(self.metrics.publish_stall_seconds).observe(time.perf_counter() - t0)
         self.stream.announce_version(version)
         self.state.weight_version = version
         self._unpublished = 0
+        if isinstance(self.policy, PolicyTrainer):
+            taken = threading.Event()
+            self.policy.before_update = partial(self._await_snapshot, taken)
+            self._publishing = self._publisher.submit(self._snapshot_beside_step, version, taken)
+            return
+        t0 = time.perf_counter()
+        snapshot = self._take_snapshot()
+        self.metrics.labels(self.metrics.publish_stall_seconds).observe(time.perf_counter() - t0)
         self._publishing = self._publisher.submit(self._publish_broadcast, version, snapshot)
+
+    def _take_snapshot(self) -> dict[str, torch.Tensor]:
+        """The weights in the servers' dtype, into a free shared-memory segment where there is one."""
+        b = self.broadcaster
+        assert b is not None and b.dtype is not None
+        snapshot = self.policy.weights_snapshot(b.dtype, b.staging(self._snapshot))
+        assert snapshot is not None  # this is the leader
+        self._snapshot = snapshot
+        return snapshot
+
+    def _snapshot_beside_step(self, version: int, taken: threading.Event) -> None:
+        try:
+            snapshot = self._take_snapshot()
+        finally:
+            taken.set()  # the step may change the weights now (if the snapshot failed, so does the publish)
+        self._publish_broadcast(version, snapshot)
+
+    def _await_snapshot(self, taken: threading.Event) -> None:
+        """Before the optimizer step after a publish: what the snapshot still holds the step up."""
+        t0 = time.perf_counter()
+        taken.wait()
+        self.metrics.labels(self.metrics.publish_stall_seconds).observe(time.perf_counter() - t0)
 
     def _next_version(self) -> int:
         stream = self.stream

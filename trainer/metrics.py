@@ -57,7 +57,8 @@ class TrainerMetrics:
         self.weight_broadcast_bytes = c("weight_broadcast_bytes_total", "Bytes of weights sent to the weight group.")
         self.publish_stall_seconds = h(
             "publish_stall_seconds",
-            "What one publish holds training up: the CPU snapshot (broadcast) or the whole write and push (files).",
+            "What one publish holds training up: the wait for the CPU snapshot (broadcast) or the whole write and "
+            "push (files).",
         )
         self.checkpoints = c("checkpoints_total", "Durable checkpoints written.")
         self.member = member

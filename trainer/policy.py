@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -138,6 +139,9 @@ class PolicyTrainer:
         )
         if sharding and resume_from is not None:
             load_sharded(resume_from, self.model, self.optimizer)
+        # Called before the next optimizer step changes the weights, then cleared: a reader of the
+        # weights still at work beside the step (the loop's snapshot of a version) is waited for there.
+        self.before_update: Callable[[], None] | None = None
 
     # -- weights out: the same calls on every rank of a group (some are collectives) -------------------
 
@@ -295,6 +299,9 @@ class PolicyTrainer:
                 assert ent is not None
                 acc["ent"] += float((ent * mask[sl, :length]).sum()) / max(total_tokens, 1.0) * c.weight
             grad_norm = self._clip_grad_norm(tc.grad_clip)
+            if self.before_update is not None:
+                wait, self.before_update = self.before_update, None
+                wait()
             self.optimizer.step()
             stats = self.sharding.sum(acc) if self.sharding else acc
         seconds = time.perf_counter() - t0

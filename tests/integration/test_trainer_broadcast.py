@@ -5,6 +5,8 @@ versions go. A replica that cannot join gets every version from the files."""
 
 from __future__ import annotations
 
+import threading
+import time
 import uuid
 from pathlib import Path
 
@@ -18,6 +20,7 @@ from corl import redis_keys
 from corl.services.model.settings import ServerSettings
 from corl.services.model.testing import running_server
 from corl.trainer.loop import Trainer
+from corl.trainer.policy import PolicyTrainer
 from corl.trainer.settings import TrainerSettings
 from corl.transfer import shared
 
@@ -106,5 +109,50 @@ def test_a_replica_that_takes_files_only_gets_every_version_from_them(
             assert trainer.broadcaster is not None and trainer.broadcaster.excluded == {one}
             assert _greedy(one)[0] == 2
             assert client.hget(redis_keys.trainer_state(run_id, "a"), "weight_transfer") == b"files"
+        finally:
+            trainer.close()
+
+
+def test_a_version_is_the_weights_of_its_step_though_the_next_step_runs_beside_its_snapshot(
+    tmp_path: Path, tiny_model_dir: Path, redis_url: str
+) -> None:
+    """The snapshot is taken beside the next step, and made slow here: that step's optimizer must wait
+    for it, or the version would hold some of the next step's weights."""
+    from safetensors.torch import load_file
+
+    run_id = "s" + uuid.uuid4().hex[:10]
+    client = redis.Redis.from_url(redis_url)
+    server = ServerSettings(model_dir=str(tiny_model_dir), name="a", admin_token=TOKEN, num_threads=1)
+    with running_server(server) as one:
+        cfg = make_config(tmp_path, tiny_model_dir, redis_url, run_id, servers=[one], lr=1e-2, keep_versions=10)
+        queue_batches(client, tiny_model_dir, run_id, 4)
+        trainer = Trainer(cfg, "a", _settings())
+        try:
+            trainer.setup()
+            policy = trainer.policy
+            assert isinstance(policy, PolicyTrainer)
+            after_step: list[dict[str, torch.Tensor]] = []
+            step, snapshot = policy.step, policy.weights_snapshot
+
+            def stepped(batch):  # type: ignore[no-untyped-def]
+                out = step(batch)
+                after_step.append({n: t.detach().clone() for n, t in policy.model.state_dict().items()})
+                return out
+
+            def slow_snapshot(dtype, into=None):  # type: ignore[no-untyped-def]
+                assert threading.current_thread() is not threading.main_thread()  # beside the step
+                time.sleep(0.4)
+                return snapshot(dtype, into)
+
+            policy.step, policy.weights_snapshot = stepped, slow_snapshot  # type: ignore[method-assign]
+            assert trainer.run(max_steps=4).weight_version == 4
+            assert _greedy(one)[0] == 4
+            for version, weights in enumerate(after_step, start=1):
+                saved = load_file(trainer.store.path(version) / "model.safetensors")
+                assert saved and all(torch.equal(t, weights[n].to(t.dtype)) for n, t in saved.items()), version
+            # Steps 2-4 each waited at their optimizer step for the snapshot of the version before.
+            stall = trainer.metrics.registry.get_sample_value
+            assert stall("corl_trainer_publish_stall_seconds_count", {"member": "a"}) == 3
+            assert stall("corl_trainer_publish_stall_seconds_sum", {"member": "a"}) > 0.4
         finally:
             trainer.close()

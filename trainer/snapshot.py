@@ -17,7 +17,7 @@ def cpu_snapshot(
     a memcpy, not page faults (a fresh 2.5 GB allocation costs four times the copy on this machine)."""
     out: dict[str, torch.Tensor] = {}
     seen: set[int] = set()
-    on_gpu = False
+    devices: set[torch.device] = set()
     for name, t in state.items():
         if t.data_ptr() in seen and t.numel():
             continue
@@ -27,8 +27,9 @@ def cpu_snapshot(
         if buf is None or buf.shape != t.shape or buf.dtype != want:
             buf = torch.empty(t.shape, dtype=want, pin_memory=t.is_cuda)
         buf.copy_(t.detach(), non_blocking=t.is_cuda)
-        on_gpu = on_gpu or t.is_cuda
+        if t.is_cuda:
+            devices.add(t.device)
         out[name] = buf
-    if on_gpu:
-        torch.cuda.synchronize()
+    for device in devices:  # each tensor's own device: this thread's current one may be another
+        torch.cuda.synchronize(device)
     return out

@@ -9,7 +9,7 @@ token and notes the version that answered:
 - ``floor_s``: one in-memory copy of the version's bytes (in the serving dtype) into memory already
   touched, the least any path from the trainer's weights to a server's must cost (taken just before
   each version, under the same load);
-- ``stall_s``: what the trainer's step waits for. broadcast, as the trainer does it (``trainer/loop.py``):
+- ``stall_s``: what the trainer's step waits for. broadcast, as the trainer does it (``trainer/publishing.py``):
   a thread takes the CPU snapshot (then broadcasts it and writes the files) beside the next step, a
   forward and backward pass of a short batch, whose optimizer step then waits for the snapshot: the
   stall is that wait. files: the whole publish (write, sha256, xxh3, fsync, rename) and the pushes,
